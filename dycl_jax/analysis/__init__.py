@@ -1,0 +1,1 @@
+"""Analysis stage: CFG, liveness and the static/dynamic decision per predicate."""

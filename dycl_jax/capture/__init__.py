@@ -1,0 +1,1 @@
+"""Capture stage: torch.export of the (rewritten) method to core ATen."""

@@ -1,0 +1,203 @@
+"""Captures one method of an nn.Module with torch.export, decomposed to core ATen."""
+from __future__ import annotations
+
+import contextlib
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+import torch.utils._pytree as pytree
+from torch.export import Dim, ExportedProgram
+from torch.export.graph_signature import InputKind, OutputKind
+
+from dycl_jax.errors import CaptureError, DyclError
+
+_PREFIX = "m."  # the user's module sits at `m` inside the wrapper below
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """One tensor input: its shape (None marks a dynamic dimension) and torch dtype."""
+
+    name: str
+    shape: tuple[int | None, ...]
+    dtype: torch.dtype
+
+    def describe(self) -> str:
+        dims = ", ".join("B" if d is None else str(d) for d in self.shape)
+        return f"{str(self.dtype).replace('torch.', '')}[{dims}]"
+
+
+@dataclass
+class StateEntry:
+    """A parameter, buffer or constant the graph reads, under its torch state_dict path."""
+
+    path: str
+    kind: str  # "param" | "buffer" | "constant"
+    tensor: torch.Tensor
+
+
+@dataclass
+class CapturedProgram:
+    """The exported graph plus what is needed to call it like the original method."""
+
+    ep: ExportedProgram
+    state: list[StateEntry]
+    inputs: list[TensorSpec]
+    in_spec: pytree.TreeSpec  # structure of the method's positional args
+    arg_leaves: list[Any]  # example leaves: tensors are placeholders, others are baked in
+    tensor_leaf_index: list[int]  # which leaves are tensor inputs
+    out_spec: pytree.TreeSpec
+    out_is_python: list[bool] = field(default_factory=list)  # Python scalars returned as 0-d
+    export_seconds: float = 0.0
+
+
+class _MethodWrapper(torch.nn.Module):
+    """Exposes `model.<method>(*args)` as forward(*tensor_leaves), with non-tensors baked in."""
+
+    def __init__(
+        self, model: torch.nn.Module, method: str, leaves: list[Any], spec: pytree.TreeSpec, sink: Callable[..., None]
+    ):
+        super().__init__()
+        self.m = model
+        self._method = method
+        self._leaves = leaves
+        self._spec = spec
+        self._tensor_index = [i for i, v in enumerate(leaves) if isinstance(v, torch.Tensor)]
+        # export may copy the module and restores its attributes, so the output structure
+        # leaves through a function, which copying shares rather than duplicates
+        self._sink = sink
+
+    def forward(self, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        leaves = list(self._leaves)
+        for i, t in zip(self._tensor_index, tensors):
+            leaves[i] = t
+        out = getattr(self.m, self._method)(*pytree.tree_unflatten(leaves, self._spec))
+        flat, out_spec = pytree.tree_flatten(out)
+        self._sink(out_spec=out_spec, out_is_python=[not isinstance(v, torch.Tensor) for v in flat])
+        return tuple(_as_tensor(v) for v in flat)
+
+
+def _as_tensor(v: Any) -> torch.Tensor:
+    if isinstance(v, torch.Tensor):
+        return v
+    if isinstance(v, (bool, int, float)):
+        return torch.tensor(v)
+    raise DyclError(
+        f"the method returns a {type(v).__name__}, which dycl_jax cannot return from JAX",
+        fix="return tensors, Python numbers, or tuples/lists/dicts of them",
+    )
+
+
+def _dynamic_shapes(tensors: list[torch.Tensor], dynamic_batch: bool) -> tuple[Any, ...] | None:
+    # Dim.AUTO lets export keep the batch dimension symbolic where the model allows it and
+    # specialise it silently where it does not (e.g. a hard-coded `view(2, -1)`).
+    if not dynamic_batch:
+        return None
+    # forward(*tensors) takes varargs, so the spec is one tuple inside the args tuple.
+    return (tuple({0: Dim.AUTO} if t.dim() >= 1 and t.shape[0] >= 2 else None for t in tensors),)
+
+
+def capture(
+    model: torch.nn.Module,
+    example_args: tuple[Any, ...],
+    method: str = "forward",
+    *,
+    dynamic_batch: bool = True,
+    decompose: Callable[[ExportedProgram], ExportedProgram] | None = None,
+) -> CapturedProgram:
+    """Export `model.<method>(*example_args)` and decompose it to core ATen."""
+    import time
+
+    if not callable(getattr(model, method, None)):
+        raise DyclError(f"{type(model).__name__} has no method {method!r}", fix="pass method=<name of a method>")
+    leaves, spec = pytree.tree_flatten(tuple(example_args))
+    record: dict[str, Any] = {}
+    wrapper = _MethodWrapper(model, method, leaves, spec, record.update)
+    tensors = [leaves[i] for i in wrapper._tensor_index]
+    start = time.perf_counter()
+    try:
+        with warnings.catch_warnings(), _eval_mode(model):
+            warnings.simplefilter("ignore")
+            ep = torch.export.export(wrapper, tuple(tensors), dynamic_shapes=_dynamic_shapes(tensors, dynamic_batch))
+            ep = decompose(ep) if decompose else ep.run_decompositions()
+    except DyclError:
+        raise
+    except Exception as exc:
+        raise CaptureError(
+            f"torch.export could not capture {type(model).__name__}.{method}: {type(exc).__name__}: "
+            f"{str(exc).splitlines()[0] if str(exc) else ''}",
+            fix="see the chained exception for the line torch.export rejected",
+        ) from exc
+    elapsed = time.perf_counter() - start
+    return CapturedProgram(
+        ep=ep,
+        state=_state_entries(ep),
+        inputs=_input_specs(ep, model, method),
+        in_spec=spec,
+        arg_leaves=leaves,
+        tensor_leaf_index=wrapper._tensor_index,
+        out_spec=record["out_spec"],
+        out_is_python=record["out_is_python"],
+        export_seconds=elapsed,
+    )
+
+
+@contextlib.contextmanager
+def _eval_mode(model: torch.nn.Module):
+    # dycl_jax converts for inference: BatchNorm uses running statistics, dropout is off.
+    was_training = model.training
+    if was_training:
+        warnings.warn(f"{type(model).__name__} is in training mode; converting it in eval mode", stacklevel=4)
+    model.eval()
+    try:
+        yield
+    finally:
+        model.train(was_training)
+
+
+def _strip(path: str) -> str:
+    return path[len(_PREFIX):] if path.startswith(_PREFIX) else path
+
+
+def _state_entries(ep: ExportedProgram) -> list[StateEntry]:
+    entries = []
+    for spec in ep.graph_signature.input_specs:
+        if spec.kind == InputKind.USER_INPUT:
+            continue
+        target = spec.target
+        if spec.kind == InputKind.PARAMETER:
+            entries.append(StateEntry(_strip(target), "param", ep.state_dict[target]))
+        elif spec.kind == InputKind.BUFFER:
+            t = ep.state_dict[target] if spec.persistent else ep.constants[target]
+            entries.append(StateEntry(_strip(target), "buffer", t))
+        elif spec.kind in (InputKind.CONSTANT_TENSOR, InputKind.CUSTOM_OBJ):
+            entries.append(StateEntry(_strip(target), "constant", ep.constants[target]))
+        else:
+            raise CaptureError(f"unsupported exported input kind {spec.kind} for {target}")
+    for spec in ep.graph_signature.output_specs:
+        if spec.kind != OutputKind.USER_OUTPUT:
+            raise CaptureError(
+                f"the method mutates {spec.target} ({spec.kind.name}); converted models are pure",
+                fix="convert the model in eval mode and avoid in-place updates of buffers in forward()",
+            )
+    return entries
+
+
+def _input_specs(ep: ExportedProgram, model: torch.nn.Module, method: str) -> list[TensorSpec]:
+    import inspect
+
+    user = [s.arg.name for s in ep.graph_signature.input_specs if s.kind == InputKind.USER_INPUT]
+    nodes = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
+    try:
+        params = list(inspect.signature(getattr(model, method)).parameters)
+    except (TypeError, ValueError):
+        params = []
+    specs = []
+    for i, name in enumerate(user):
+        val = nodes[name].meta["val"]
+        shape = tuple(d if isinstance(d, int) else None for d in val.shape)
+        label = params[i] if i < len(params) and len(params) == len(user) else f"input {i}"
+        specs.append(TensorSpec(label, shape, val.dtype))
+    return specs

@@ -1,0 +1,45 @@
+"""`to_jax`: runs the pipeline stages in order on one model method."""
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+
+import dycl_jax.lower.ops  # noqa: F401  (registers every lowering)
+from dycl_jax.capture.export import capture
+from dycl_jax.errors import DyclError
+from dycl_jax.host.staged import staged_fn
+from dycl_jax.lower.interpreter import LoweredGraph
+from dycl_jax.report.build import build_report
+from dycl_jax.runtime.model import JaxModel
+from dycl_jax.runtime.signature import CallSignature
+from dycl_jax.runtime.state import build_module
+
+HOSTS = ("auto", "staged")
+
+
+def to_jax(
+    model: torch.nn.Module,
+    example_args: Any,
+    *,
+    method: str = "forward",
+    host: str = "auto",
+    dynamic_batch: bool = True,
+) -> JaxModel:
+    """Convert `model.<method>` to JAX. Non-tensor leaves of `example_args` are baked in."""
+    if not isinstance(model, torch.nn.Module):
+        raise DyclError(f"to_jax expects a torch.nn.Module, got {type(model).__name__}")
+    if host not in HOSTS:
+        raise DyclError(f"unknown host {host!r}", fix=f"use one of {', '.join(HOSTS)}")
+    args = example_args if isinstance(example_args, tuple) else (example_args,)
+    t0 = time.perf_counter()
+    cap = capture(model, args, method, dynamic_batch=dynamic_batch)
+    t1 = time.perf_counter()
+    graph = LoweredGraph.build(cap.ep.graph_module, name=f"{type(model).__name__}.{method}")
+    module, variables = build_module(cap.state)
+    t2 = time.perf_counter()
+    jm = JaxModel(module, variables, [e.path for e in cap.state], staged_fn(graph), CallSignature.of(cap), "staged")
+    timings = {"capture_s": t1 - t0, "lower_s": t2 - t1}
+    jm._report = build_report(type(model).__name__, method, jm.host, cap, graph, timings)
+    return jm

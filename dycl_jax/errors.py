@@ -1,0 +1,48 @@
+"""All user-facing error classes of dycl_jax, in one place."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Location:
+    """A place in the user's source code."""
+
+    file: str
+    line: int
+    code: str = ""
+
+    def __str__(self) -> str:
+        text = f"{self.file}:{self.line}"
+        return f"{text}\n    {self.code.strip()}" if self.code else text
+
+
+class DyclError(Exception):
+    """A conversion or call problem the user can act on: says where, why, and what to do."""
+
+    def __init__(self, message: str, *, location: Location | None = None, fix: str | None = None):
+        self.message = message
+        self.location = location
+        self.fix = fix
+        parts = [message]
+        if location is not None:
+            parts.append(f"  at {location}")
+        if fix:
+            parts.append(f"  fix: {fix}")
+        super().__init__("\n".join(parts))
+
+
+class UnsupportedOpError(DyclError):
+    """An ATen operator with no JAX lowering."""
+
+
+class RegistryError(DyclError):
+    """A lowering registered twice, or registered for something that is not an ATen overload."""
+
+
+class CaptureError(DyclError):
+    """torch.export could not capture the (rewritten) program."""
+
+
+class CallError(DyclError):
+    """A converted model was called with arguments that do not match its signature."""

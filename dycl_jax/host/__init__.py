@@ -1,0 +1,1 @@
+"""Host stage: how control flow runs around the lowered sub-networks."""

@@ -1,0 +1,1 @@
+"""Lower stage: ATen graphs to JAX through one op registry."""

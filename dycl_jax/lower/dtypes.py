@@ -1,0 +1,61 @@
+"""torch ↔ JAX dtype mapping and the int64 policy (JAX runs with 64-bit mode off)."""
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+import torch
+
+from dycl_jax.errors import DyclError
+
+# Policy: JAX's x64 mode stays off (it is global state and slows float code). torch int64
+# becomes int32 and float64 becomes float32. Values that do not fit are never wrapped
+# silently: constants and Python ints outside int32 raise `DyclError` (see `check_int32`).
+_TO_JAX: dict[torch.dtype, jnp.dtype] = {
+    torch.float32: jnp.float32,
+    torch.float64: jnp.float32,
+    torch.float16: jnp.float16,
+    torch.bfloat16: jnp.bfloat16,
+    torch.int64: jnp.int32,
+    torch.int32: jnp.int32,
+    torch.int16: jnp.int16,
+    torch.int8: jnp.int8,
+    torch.uint8: jnp.uint8,
+    torch.bool: jnp.bool_,
+    torch.complex64: jnp.complex64,
+    torch.complex128: jnp.complex64,
+}
+
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+
+
+def to_jax_dtype(dtype: torch.dtype | None) -> jnp.dtype | None:
+    """The JAX dtype used for a torch dtype (None stays None)."""
+    if dtype is None:
+        return None
+    try:
+        return jnp.dtype(_TO_JAX[dtype])
+    except KeyError:
+        raise DyclError(f"torch dtype {dtype} has no JAX equivalent in dycl_jax") from None
+
+
+def check_int32(value: int, what: str = "integer constant") -> int:
+    """Return `value` if it fits int32; otherwise raise instead of overflowing silently."""
+    if not INT32_MIN <= value <= INT32_MAX:
+        raise DyclError(
+            f"{what} {value} does not fit int32, which dycl_jax uses for torch.int64 "
+            "(JAX's 64-bit mode is off)",
+            fix="keep integer values within ±2**31 or compute them in floating point",
+        )
+    return value
+
+
+def tensor_to_numpy(t: torch.Tensor, what: str = "tensor constant") -> np.ndarray:
+    """A torch tensor as a numpy array in the dtype dycl_jax uses for it, checking int64 range."""
+    t = t.detach().cpu()
+    if t.dtype == torch.bfloat16:
+        return t.float().numpy().astype(jnp.bfloat16)
+    arr = t.resolve_conj().resolve_neg().numpy() if t.is_complex() else t.numpy()
+    if t.dtype == torch.int64 and arr.size:
+        lo, hi = int(arr.min()), int(arr.max())
+        check_int32(lo if lo < INT32_MIN else hi, what)
+    return arr.astype(to_jax_dtype(t.dtype))

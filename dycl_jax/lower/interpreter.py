@@ -1,0 +1,129 @@
+"""Turns a torch.fx graph of core-ATen ops into a JAX-traceable function, node by node."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import torch
+import torch.fx
+
+from dycl_jax.errors import DyclError, Location
+from dycl_jax.lower.dtypes import tensor_to_numpy, to_jax_dtype
+from dycl_jax.lower.registry import lookup
+
+_FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<fn>\S+)\n(?P<code>[^\n]*)')
+# Frames from these packages are plumbing; the user's line is the innermost frame outside them.
+_PLUMBING = ("/torch/", "/dycl_jax/", "<eval_with_key>", "/contextlib.py", "/functools.py")
+
+
+def node_location(node: torch.fx.Node) -> Location | None:
+    """The user's file:line that produced `node`, from the stack trace torch.export recorded."""
+    trace = node.meta.get("stack_trace") or ""
+    frames = [m for m in _FRAME.finditer(trace) if not any(p in m["file"] for p in _PLUMBING)]
+    if not frames:
+        return None
+    m = frames[-1]
+    return Location(m["file"], int(m["line"]), m["code"])
+
+
+def _meta_dtype(val: Any) -> Any:
+    """The JAX dtype torch expects for a node's output(s), or None where there is no tensor."""
+    if isinstance(val, torch.Tensor):
+        return to_jax_dtype(val.dtype)
+    if isinstance(val, (list, tuple)):
+        return [_meta_dtype(v) for v in val]
+    return None
+
+
+def _cast_like(out: Any, dtype: Any) -> Any:
+    # torch's type promotion differs from JAX's (e.g. f16 tensor + f32 0-d tensor stays f16 in
+    # torch); casting every result to the dtype torch recorded keeps the two in step.
+    if dtype is None:
+        return out
+    if isinstance(dtype, list):
+        if isinstance(out, (list, tuple)) and len(out) == len(dtype):
+            return type(out)(_cast_like(o, d) for o, d in zip(out, dtype))
+        return out
+    if isinstance(out, (jax.Array, jnp.ndarray)) and out.dtype != dtype:
+        return out.astype(dtype)
+    return out
+
+
+@dataclass
+class _Step:
+    node: torch.fx.Node
+    fn: Callable[..., Any]
+    out_dtype: Any
+
+
+@dataclass
+class LoweredGraph:
+    """A callable JAX version of one fx graph: inputs are its placeholders, in order."""
+
+    gm: torch.fx.GraphModule
+    name: str = "graph"
+    steps: list[_Step] = field(default_factory=list)
+    placeholders: list[torch.fx.Node] = field(default_factory=list)
+    attrs: dict[torch.fx.Node, Any] = field(default_factory=dict)
+    output_node: torch.fx.Node | None = None
+
+    @classmethod
+    def build(cls, gm: torch.fx.GraphModule, name: str = "graph") -> "LoweredGraph":
+        """Resolve every node's lowering now, so a missing op fails at conversion, not call."""
+        lg = cls(gm, name)
+        for node in gm.graph.nodes:
+            if node.op == "placeholder":
+                lg.placeholders.append(node)
+            elif node.op == "get_attr":
+                lg.attrs[node] = _lower_attr(gm, node)
+            elif node.op == "call_function":
+                fn = lookup(node.target, node_location(node))
+                lg.steps.append(_Step(node, fn, _meta_dtype(node.meta.get("val"))))
+            elif node.op == "output":
+                lg.output_node = node
+            else:
+                raise DyclError(f"unexpected fx node kind {node.op} ({node.format_node()})")
+        return lg
+
+    def subgraphs(self) -> list["LoweredGraph"]:
+        """Branch and loop-body graphs this graph calls (torch.cond / torch.while_loop)."""
+        return [a for a in self.attrs.values() if isinstance(a, LoweredGraph)]
+
+    def __call__(self, *inputs: Any) -> tuple[Any, ...]:
+        if len(inputs) != len(self.placeholders):
+            raise DyclError(f"{self.name}: expected {len(self.placeholders)} inputs, got {len(inputs)}")
+        env: dict[torch.fx.Node, Any] = dict(zip(self.placeholders, inputs))
+        env.update(self.attrs)
+        load = lambda n: env[n]  # noqa: E731
+        for step in self.steps:
+            node = step.node
+            args = torch.fx.node.map_arg(node.args, load)
+            kwargs = torch.fx.node.map_arg(node.kwargs, load)
+            try:
+                out = step.fn(*args, **kwargs)
+            except DyclError:
+                raise
+            except Exception as exc:  # re-raise with the node and the user's line, as torch.fx does
+                raise DyclError(
+                    f"lowering {node.target} failed: {type(exc).__name__}: {exc}",
+                    location=node_location(node),
+                    fix="this is a dycl_jax bug or an unsupported use of the op; please report it",
+                ) from exc
+            env[node] = _cast_like(out, step.out_dtype)
+        assert self.output_node is not None
+        result = torch.fx.node.map_arg(self.output_node.args[0], load)
+        return tuple(result) if isinstance(result, (list, tuple)) else (result,)
+
+
+def _lower_attr(gm: torch.fx.GraphModule, node: torch.fx.Node) -> Any:
+    obj: Any = gm
+    for part in str(node.target).split("."):
+        obj = getattr(obj, part)
+    if isinstance(obj, torch.fx.GraphModule):
+        return LoweredGraph.build(obj, name=str(node.target))
+    if isinstance(obj, torch.Tensor):
+        return jnp.asarray(tensor_to_numpy(obj, f"tensor attribute {node.target}"))
+    raise DyclError(f"unsupported graph attribute {node.target} of type {type(obj).__name__}")

@@ -1,0 +1,1 @@
+"""Report stage: the conversion record as data, and its rich rendering."""

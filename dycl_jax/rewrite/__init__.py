@@ -1,0 +1,1 @@
+"""Rewrite stage: data-dependent control flow to explicit control-flow operators."""

@@ -1,0 +1,1 @@
+"""Runtime stage: the JaxModel users call."""

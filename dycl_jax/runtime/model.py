@@ -1,0 +1,64 @@
+"""JaxModel: the converted model users call, differentiate, export and inspect."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable
+
+import jax
+from flax import nnx
+
+from dycl_jax.runtime.signature import CallSignature
+from dycl_jax.runtime.state import flat_values
+
+if TYPE_CHECKING:  # the report stage comes after runtime; only its type is named here
+    from dycl_jax.report.record import ConversionReport
+
+FlatFn = Callable[[list[Any], list[Any]], tuple[Any, ...]]
+
+
+class JaxModel:
+    """A converted torch method: `jm(*args)`, pure `jm.apply(state, *args)`, `jm.module` state."""
+
+    def __init__(
+        self,
+        module: nnx.Module,
+        variables: list[nnx.Variable],
+        paths: list[str],
+        fn: FlatFn,
+        signature: CallSignature,
+        host: str,
+        jit: bool = True,
+    ):
+        self.module = module
+        self.host = host
+        self.signature = signature
+        self._variables = variables
+        self._paths = paths
+        self._fn = fn  # pure: (state values in graph order, tensor inputs) -> flat outputs
+        # State is an argument of the jitted function, never a closed-over constant: calls
+        # reuse the device arrays held by `module` (no copy) and see updates made to it.
+        self._call = jax.jit(fn) if jit else fn
+        self._report: ConversionReport | None = None
+
+    def __call__(self, *args: Any) -> Any:
+        tensors = self.signature.bind(args)
+        outs = self._call([v.value for v in self._variables], tensors)
+        return self.signature.unflatten(outs)
+
+    def apply(self, state: nnx.State, *args: Any) -> Any:
+        """Pure and jittable: the method's result given `state` (as from `nnx.state(jm.module)`)."""
+        tensors = self.signature.bind(args)
+        return self.signature.unflatten(self._fn(flat_values(state, self._paths), tensors))
+
+    @property
+    def state_paths(self) -> list[str]:
+        """torch state_dict paths of the state the program reads, in graph-input order."""
+        return list(self._paths)
+
+    def report(self) -> "ConversionReport":
+        """The conversion record (sub-networks, host, ops, timings); render it with dycl_jax.report."""
+        if self._report is None:
+            raise RuntimeError("this JaxModel was built without a report")
+        return self._report
+
+    def __repr__(self) -> str:
+        return f"JaxModel(host={self.host!r}, inputs={self.signature.describe()}, state={len(self._paths)} arrays)"

@@ -1,0 +1,62 @@
+"""Flax NNX state for a converted model: torch parameters, buffers and constants by path."""
+from __future__ import annotations
+
+from typing import Any
+
+import jax.numpy as jnp
+from flax import nnx
+
+from dycl_jax.capture.export import StateEntry
+from dycl_jax.errors import DyclError
+from dycl_jax.lower.dtypes import tensor_to_numpy
+
+
+class Buffer(nnx.Variable):
+    """A torch buffer (BatchNorm statistics, registered buffers): state, but not trained."""
+
+
+class Constant(nnx.Variable):
+    """A tensor constant the torch program closed over (plain tensor attributes)."""
+
+
+class TorchModule(nnx.Module):
+    """A node of the torch module tree; attributes are child nodes or variables."""
+
+
+_KINDS: dict[str, type[nnx.Variable]] = {"param": nnx.Param, "buffer": Buffer, "constant": Constant}
+
+
+def build_module(entries: list[StateEntry]) -> tuple[TorchModule, list[nnx.Variable]]:
+    """An NNX module tree mirroring the torch paths, and its variables in graph-input order."""
+    root = TorchModule()
+    variables: list[nnx.Variable] = []
+    for entry in entries:
+        *parents, leaf = entry.path.split(".")
+        node = root
+        for part in parents:
+            child = getattr(node, part, None)
+            if child is None:
+                child = TorchModule()
+                setattr(node, part, child)
+            node = child
+        existing = getattr(node, leaf, None)
+        if isinstance(existing, nnx.Variable):  # one tensor read under two names: share it
+            variables.append(existing)
+            continue
+        var = _KINDS[entry.kind](jnp.asarray(tensor_to_numpy(entry.tensor, f"{entry.kind} {entry.path}")))
+        setattr(node, leaf, var)
+        variables.append(var)
+    return root, variables
+
+
+def flat_values(state: nnx.State, paths: list[str]) -> list[Any]:
+    """Values of `state` in the order of `paths` (torch dotted paths)."""
+    by_path = {".".join(str(p) for p in path): v for path, v in state.flat_state()}
+    try:
+        return [_value(by_path[p]) for p in paths]
+    except KeyError as exc:
+        raise DyclError(f"state has no entry {exc.args[0]!r}", fix="pass nnx.state(jm.module)") from None
+
+
+def _value(v: Any) -> Any:
+    return v.value if isinstance(v, nnx.Variable) else v

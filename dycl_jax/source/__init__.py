@@ -1,0 +1,1 @@
+"""Source stage: reading and parsing the methods to convert."""
