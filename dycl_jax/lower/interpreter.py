@@ -1,6 +1,7 @@
 """Turns a torch.fx graph of core-ATen ops into a JAX-traceable function, node by node."""
 from __future__ import annotations
 
+import contextvars
 import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -11,6 +12,7 @@ import torch
 import torch.fx
 
 from dycl_jax.errors import DyclError, Location
+from dycl_jax.source import origins
 from dycl_jax.lower.dtypes import tensor_to_numpy, to_jax_dtype
 from dycl_jax.lower.registry import lookup
 
@@ -19,14 +21,44 @@ _FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<fn>\S+)
 _PLUMBING = ("/torch/", "/dycl_jax/", "<eval_with_key>", "/contextlib.py", "/functools.py")
 
 
+_GENERATED = "<dycl-rewrite"  # filename prefix of rewritten methods (see source/origins.py)
+_SITE: contextvars.ContextVar[str] = contextvars.ContextVar("dycl_site", default="?")
+
+
+def _user_frames(node: torch.fx.Node) -> list[tuple[str, int, str]]:
+    trace = node.meta.get("stack_trace") or ""
+    return [
+        (m["file"], int(m["line"]), m["code"])
+        for m in _FRAME.finditer(trace)
+        if m["file"].startswith(_GENERATED) or not any(p in m["file"] for p in _PLUMBING)
+    ]
+
+
 def node_location(node: torch.fx.Node) -> Location | None:
     """The user's file:line that produced `node`, from the stack trace torch.export recorded."""
-    trace = node.meta.get("stack_trace") or ""
-    frames = [m for m in _FRAME.finditer(trace) if not any(p in m["file"] for p in _PLUMBING)]
-    if not frames:
-        return None
-    m = frames[-1]
-    return Location(m["file"], int(m["line"]), m["code"])
+    for file, line, code in reversed(_user_frames(node)):
+        if not file.startswith(_GENERATED):
+            return Location(file, line, code)
+        loc = origins.resolve(file, line)  # a rewritten method: map back to the user's line
+        if loc is not None:
+            return loc
+    return None
+
+
+def node_site(node: torch.fx.Node) -> str:
+    """The decision-site label of a control-flow node, as the rewrite stage named it."""
+    for file, line, _ in reversed(_user_frames(node)):
+        label = origins.site(file, line) if file.startswith(_GENERATED) else None
+        if label:
+            return label
+    loc = node_location(node)
+    kind = getattr(node.target, "__name__", str(node.target))
+    return f"{kind}@{loc.file.rsplit('/', 1)[-1]}:{loc.line}" if loc else kind
+
+
+def current_site() -> str:
+    """The site of the control-flow node being lowered right now (for decision tracing)."""
+    return _SITE.get()
 
 
 def _meta_dtype(val: Any) -> Any:
@@ -57,6 +89,7 @@ class _Step:
     node: torch.fx.Node
     fn: Callable[..., Any]
     out_dtype: Any
+    site: str | None = None  # set for control-flow nodes only
 
 
 @dataclass
@@ -81,7 +114,8 @@ class LoweredGraph:
                 lg.attrs[node] = _lower_attr(gm, node)
             elif node.op == "call_function":
                 fn = lookup(node.target, node_location(node))
-                lg.steps.append(_Step(node, fn, _meta_dtype(node.meta.get("val"))))
+                site = node_site(node) if isinstance(node.target, torch._ops.HigherOrderOperator) else None
+                lg.steps.append(_Step(node, fn, _meta_dtype(node.meta.get("val")), site))
             elif node.op == "output":
                 lg.output_node = node
             else:
@@ -102,6 +136,7 @@ class LoweredGraph:
             node = step.node
             args = torch.fx.node.map_arg(node.args, load)
             kwargs = torch.fx.node.map_arg(node.kwargs, load)
+            token = _SITE.set(step.site) if step.site else None
             try:
                 out = step.fn(*args, **kwargs)
             except DyclError:
@@ -112,6 +147,9 @@ class LoweredGraph:
                     location=node_location(node),
                     fix="this is a dycl_jax bug or an unsupported use of the op; please report it",
                 ) from exc
+            finally:
+                if token is not None:
+                    _SITE.reset(token)
             env[node] = _cast_like(out, step.out_dtype)
         assert self.output_node is not None
         result = torch.fx.node.map_arg(self.output_node.args[0], load)

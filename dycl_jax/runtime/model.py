@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import jax
 from flax import nnx
 
+from dycl_jax.lower.ops.control_flow import recording
 from dycl_jax.runtime.signature import CallSignature
 from dycl_jax.runtime.state import flat_values
 
@@ -38,6 +39,12 @@ class JaxModel:
         # reuse the device arrays held by `module` (no copy) and see updates made to it.
         self._call = jax.jit(fn) if jit else fn
         self._report: ConversionReport | None = None
+        # Decision tracing compiles a second program whose lax ops report to this log; the
+        # callback is bound when JAX traces, so it must stay the same object across calls.
+        self._trace_log: list[tuple[str, Any]] = []
+        # (a distinct function object, so JAX's trace cache never hands back the plain program)
+        traced = lambda state, tensors: fn(state, tensors)  # noqa: E731
+        self._trace_call = jax.jit(traced) if jit else traced
 
     def __call__(self, *args: Any) -> Any:
         tensors = self.signature.bind(args)
@@ -48,6 +55,22 @@ class JaxModel:
         """Pure and jittable: the method's result given `state` (as from `nnx.state(jm.module)`)."""
         tensors = self.signature.bind(args)
         return self.signature.unflatten(self._fn(flat_values(state, self._paths), tensors))
+
+    def trace(self, *args: Any) -> tuple[Any, list[tuple[str, Any]]]:
+        """Run and return (outputs, decisions): each branch taken and each loop test, in order.
+
+        Decisions are (site, value) pairs, e.g. ("if@model.py:42", True); the same list the
+        rewritten torch program yields (see `dycl_jax.rewrite.api.run_torch_trace`).
+        """
+        tensors = self.signature.bind(args)
+        self._trace_log.clear()
+        with recording(lambda site, value: self._trace_log.append((site, value))):
+            outs = self._trace_call([v.value for v in self._variables], tensors)
+        jax.block_until_ready(outs)
+        jax.effects_barrier()  # callbacks may still be in flight after the result is ready
+        decisions = list(self._trace_log)
+        self._trace_log.clear()
+        return self.signature.unflatten(outs), decisions
 
     @property
     def state_paths(self) -> list[str]:

@@ -1,0 +1,87 @@
+"""torch.cond / torch.while_loop → lax.cond / lax.while_loop, with optional decision tracing."""
+from __future__ import annotations
+
+import contextlib
+import contextvars
+from typing import Any, Callable, Iterator
+
+import jax
+import jax.numpy as jnp
+import torch
+
+from dycl_jax.errors import DyclError
+from dycl_jax.lower.interpreter import LoweredGraph, current_site
+from dycl_jax.lower.registry import register
+
+# While set, the lowerings below report each decision to this callback as (site, value).
+# It is read when JAX traces the program, so a traced program must be jitted separately.
+_RECORDER: contextvars.ContextVar[Callable[[str, Any], None] | None] = contextvars.ContextVar(
+    "dycl_recorder", default=None
+)
+
+
+@contextlib.contextmanager
+def recording(callback: Callable[[str, Any], None]) -> Iterator[None]:
+    """Trace programs that report every branch decision and loop test to `callback`."""
+    token = _RECORDER.set(callback)
+    try:
+        yield
+    finally:
+        _RECORDER.reset(token)
+
+
+def _record(kind: str, value: jax.Array) -> None:
+    recorder = _RECORDER.get()
+    if recorder is None:
+        return
+    site = current_site()
+    # ordered=True keeps decisions in program order, also inside loops and branches
+    jax.debug.callback(lambda v: recorder(site, v.item()), value, ordered=True)
+
+
+def _pred(p: Any) -> jax.Array:
+    p = jnp.asarray(p)
+    if p.size != 1:
+        raise DyclError(f"a branch predicate must have one element, got shape {p.shape}")
+    return p.reshape(()).astype(bool)
+
+
+def _check_same(outs_t: Any, outs_f: Any, where: str) -> None:
+    for i, (a, b) in enumerate(zip(outs_t, outs_f)):
+        if a.shape != b.shape or a.dtype != b.dtype:
+            raise DyclError(
+                f"{where}: output {i} is {a.dtype}{list(a.shape)} on the true branch but "
+                f"{b.dtype}{list(b.shape)} on the false branch; a staged program needs both alike",
+                fix="make both paths produce the same shape (e.g. pad), or use the dispatch host",
+            )
+
+
+@register(torch.ops.higher_order.cond)
+def cond(pred: Any, true_graph: LoweredGraph, false_graph: LoweredGraph, operands: Any) -> tuple[Any, ...]:
+    p = _pred(pred)
+    _record("if", p)
+    operands = tuple(operands)
+    shapes_t = jax.eval_shape(lambda ops: true_graph(*ops), operands)
+    shapes_f = jax.eval_shape(lambda ops: false_graph(*ops), operands)
+    _check_same(shapes_t, shapes_f, f"{true_graph.name}/{false_graph.name}")
+    return jax.lax.cond(p, lambda ops: true_graph(*ops), lambda ops: false_graph(*ops), operands)
+
+
+@register(torch.ops.higher_order.while_loop)
+def while_loop(
+    cond_graph: LoweredGraph, body_graph: LoweredGraph, carried: Any, additional: Any = ()
+) -> tuple[Any, ...]:
+    extra = tuple(additional)
+
+    def test(carry: tuple[Any, ...]) -> jax.Array:
+        p = _pred(cond_graph(*carry, *extra)[0])
+        _record("while", p)
+        return p
+
+    def body(carry: tuple[Any, ...]) -> tuple[Any, ...]:
+        out = body_graph(*carry, *extra)
+        # torch keeps carry dtypes fixed; JAX needs them bit-identical (weak types included)
+        return tuple(jnp.asarray(o, dtype=c.dtype).reshape(c.shape) for o, c in zip(out, carry))
+
+    carry0 = tuple(jnp.asarray(c) for c in carried)
+    return jax.lax.while_loop(test, body, carry0)
