@@ -4,6 +4,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import jax
 import torch
 
 import dycl_jax.lower.ops  # noqa: F401  (registers every lowering)
@@ -40,6 +41,10 @@ def to_jax(
     module, variables = build_module(cap.state)
     t2 = time.perf_counter()
     jm = JaxModel(module, variables, [e.path for e in cap.state], staged_fn(graph), CallSignature.of(cap), "staged")
-    timings = {"capture_s": t1 - t0, "lower_s": t2 - t1}
+    # Trace once on the example's shapes (no compile, no compute): every lowering and every
+    # branch-shape check runs now, so problems surface at conversion rather than first call.
+    jax.eval_shape(jm._fn, [v.value for v in variables], jm.signature.bind(args))
+    t3 = time.perf_counter()
+    timings = {"capture_s": t1 - t0, "lower_s": t2 - t1, "check_s": t3 - t2}
     jm._report = build_report(type(model).__name__, method, jm.host, cap, graph, timings)
     return jm

@@ -126,8 +126,7 @@ def capture(
         raise
     except Exception as exc:
         raise CaptureError(
-            f"torch.export could not capture {type(model).__name__}.{method}: {type(exc).__name__}: "
-            f"{str(exc).splitlines()[0] if str(exc) else ''}",
+            f"torch.export could not capture {type(model).__name__}.{method}: {_root_cause(exc)}",
             fix="see the chained exception for the line torch.export rejected",
         ) from exc
     elapsed = time.perf_counter() - start
@@ -142,6 +141,14 @@ def capture(
         out_is_python=record["out_is_python"],
         export_seconds=elapsed,
     )
+
+
+def _root_cause(exc: BaseException, limit: int = 600) -> str:
+    # torch wraps the informative error (e.g. a fake-tensor RuntimeError) in generic ones
+    while exc.__cause__ is not None:
+        exc = exc.__cause__
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text[:limit]}{'...' if len(text) > limit else ''}"
 
 
 @contextlib.contextmanager

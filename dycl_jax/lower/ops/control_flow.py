@@ -8,9 +8,10 @@ from typing import Any, Callable, Iterator
 import jax
 import jax.numpy as jnp
 import torch
+import torch.fx
 
 from dycl_jax.errors import DyclError
-from dycl_jax.lower.interpreter import LoweredGraph, current_site
+from dycl_jax.lower.interpreter import LoweredGraph, current_site, node_location
 from dycl_jax.lower.registry import register
 
 # While set, the lowerings below report each decision to this callback as (site, value).
@@ -46,13 +47,22 @@ def _pred(p: Any) -> jax.Array:
     return p.reshape(()).astype(bool)
 
 
-def _check_same(outs_t: Any, outs_f: Any, where: str) -> None:
+def _origin(graph: LoweredGraph, i: int) -> str:
+    outs = graph.output_node.args[0] if graph.output_node is not None else ()
+    node = outs[i] if isinstance(outs, (list, tuple)) and i < len(outs) else None
+    loc = node_location(node) if isinstance(node, torch.fx.Node) else None
+    return f" (from {loc.file}:{loc.line})" if loc else ""
+
+
+def _check_same(outs_t: Any, outs_f: Any, true_graph: LoweredGraph, false_graph: LoweredGraph) -> None:
     for i, (a, b) in enumerate(zip(outs_t, outs_f)):
         if a.shape != b.shape or a.dtype != b.dtype:
             raise DyclError(
-                f"{where}: output {i} is {a.dtype}{list(a.shape)} on the true branch but "
-                f"{b.dtype}{list(b.shape)} on the false branch; a staged program needs both alike",
-                fix="make both paths produce the same shape (e.g. pad), or use the dispatch host",
+                f"branch output {i} is {a.dtype}{list(a.shape)} on the true branch{_origin(true_graph, i)} "
+                f"but {b.dtype}{list(b.shape)} on the false branch{_origin(false_graph, i)}; "
+                "a staged program needs both alike",
+                location=None,
+                fix="make both paths produce the same shape and dtype (e.g. pad), or use the dispatch host",
             )
 
 
@@ -63,7 +73,7 @@ def cond(pred: Any, true_graph: LoweredGraph, false_graph: LoweredGraph, operand
     operands = tuple(operands)
     shapes_t = jax.eval_shape(lambda ops: true_graph(*ops), operands)
     shapes_f = jax.eval_shape(lambda ops: false_graph(*ops), operands)
-    _check_same(shapes_t, shapes_f, f"{true_graph.name}/{false_graph.name}")
+    _check_same(shapes_t, shapes_f, true_graph, false_graph)
     return jax.lax.cond(p, lambda ops: true_graph(*ops), lambda ops: false_graph(*ops), operands)
 
 
