@@ -13,6 +13,7 @@ from dycl_jax.errors import DyclError
 from dycl_jax.host.staged import staged_fn
 from dycl_jax.lower.interpreter import LoweredGraph
 from dycl_jax.report.build import build_report
+from dycl_jax.rewrite.api import rewritten, staging
 from dycl_jax.runtime.model import JaxModel
 from dycl_jax.runtime.signature import CallSignature
 from dycl_jax.runtime.state import build_module
@@ -35,7 +36,10 @@ def to_jax(
         raise DyclError(f"unknown host {host!r}", fix=f"use one of {', '.join(HOSTS)}")
     args = example_args if isinstance(example_args, tuple) else (example_args,)
     t0 = time.perf_counter()
-    cap = capture(model, args, method, dynamic_batch=dynamic_batch)
+    # The rewritten method (and every user method it reaches) is patched in only while
+    # torch.export runs; staging() makes tensor predicates emit torch.cond/while_loop.
+    with rewritten(model, method) as rewrite_record, staging():
+        cap = capture(model, args, method, dynamic_batch=dynamic_batch)
     t1 = time.perf_counter()
     graph = LoweredGraph.build(cap.ep.graph_module, name=f"{type(model).__name__}.{method}")
     module, variables = build_module(cap.state)

@@ -31,6 +31,12 @@ def recording(callback: Callable[[str, Any], None]) -> Iterator[None]:
         _RECORDER.reset(token)
 
 
+# The rewrite stage stages an elif chain as nested torch.cond on a path index that every cond
+# of the chain receives as operand 0 (`cond(idx == k, path k, rest of chain)`). A trace reports
+# the chain once, as that index, like the torch side does; the inner conds stay silent.
+_IN_CHAIN: contextvars.ContextVar[str | None] = contextvars.ContextVar("dycl_in_chain", default=None)
+
+
 def _record(kind: str, value: jax.Array) -> None:
     recorder = _RECORDER.get()
     if recorder is None:
@@ -69,12 +75,21 @@ def _check_same(outs_t: Any, outs_f: Any, true_graph: LoweredGraph, false_graph:
 @register(torch.ops.higher_order.cond)
 def cond(pred: Any, true_graph: LoweredGraph, false_graph: LoweredGraph, operands: Any) -> tuple[Any, ...]:
     p = _pred(pred)
-    _record("if", p)
     operands = tuple(operands)
+    site = current_site()
+    chain = site.startswith("elif@")
+    if not chain:
+        _record("if", p)
+    elif _IN_CHAIN.get() != site:
+        _record("elif", jnp.asarray(operands[0]))
     shapes_t = jax.eval_shape(lambda ops: true_graph(*ops), operands)
     shapes_f = jax.eval_shape(lambda ops: false_graph(*ops), operands)
     _check_same(shapes_t, shapes_f, true_graph, false_graph)
-    return jax.lax.cond(p, lambda ops: true_graph(*ops), lambda ops: false_graph(*ops), operands)
+    token = _IN_CHAIN.set(site if chain else None)
+    try:
+        return jax.lax.cond(p, lambda ops: true_graph(*ops), lambda ops: false_graph(*ops), operands)
+    finally:
+        _IN_CHAIN.reset(token)
 
 
 @register(torch.ops.higher_order.while_loop)
