@@ -23,6 +23,7 @@ _PLUMBING = ("/torch/", "/dycl_jax/", "<eval_with_key>", "/contextlib.py", "/fun
 
 _GENERATED = "<dycl-rewrite"  # filename prefix of rewritten methods (see source/origins.py)
 _SITE: contextvars.ContextVar[str] = contextvars.ContextVar("dycl_site", default="?")
+_NODE: contextvars.ContextVar[torch.fx.Node | None] = contextvars.ContextVar("dycl_node", default=None)
 
 
 def _user_frames(node: torch.fx.Node) -> list[tuple[str, int, str]]:
@@ -54,6 +55,11 @@ def node_site(node: torch.fx.Node) -> str:
     loc = node_location(node)
     kind = getattr(node.target, "__name__", str(node.target))
     return f"{kind}@{loc.file.rsplit('/', 1)[-1]}:{loc.line}" if loc else kind
+
+
+def current_node() -> torch.fx.Node | None:
+    """The fx node being lowered right now: lets a lowering read torch's metadata (strides)."""
+    return _NODE.get()
 
 
 def current_site() -> str:
@@ -137,9 +143,12 @@ class LoweredGraph:
             args = torch.fx.node.map_arg(node.args, load)
             kwargs = torch.fx.node.map_arg(node.kwargs, load)
             token = _SITE.set(step.site) if step.site else None
+            node_token = _NODE.set(node)
             try:
                 out = step.fn(*args, **kwargs)
-            except DyclError:
+            except DyclError as exc:
+                if exc.location is None:  # lowerings know the op, the interpreter knows the line
+                    raise type(exc)(exc.message, location=node_location(node), fix=exc.fix) from exc
                 raise
             except Exception as exc:  # re-raise with the node and the user's line, as torch.fx does
                 raise DyclError(
@@ -148,6 +157,7 @@ class LoweredGraph:
                     fix="this is a dycl_jax bug or an unsupported use of the op; please report it",
                 ) from exc
             finally:
+                _NODE.reset(node_token)
                 if token is not None:
                     _SITE.reset(token)
             env[node] = _cast_like(out, step.out_dtype)

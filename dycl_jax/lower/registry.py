@@ -1,6 +1,7 @@
 """The one table from ATen overloads (and a few Python operators) to their JAX lowerings."""
 from __future__ import annotations
 
+import math
 import operator
 from typing import Any, Callable
 
@@ -13,7 +14,9 @@ _TABLE: dict[Any, LoweringFn] = {}
 
 # Python-level targets that appear in exported graphs besides ATen overloads: getitem on
 # multi-output ops and SymInt arithmetic for dynamic shapes.
-_PY_TARGETS = {getattr(operator, n) for n in dir(operator) if not n.startswith("_")}
+_PY_TARGETS = {getattr(operator, n) for n in dir(operator) if not n.startswith("_")} | {
+    getattr(torch, n) for n in dir(torch) if n.startswith("sym_") and callable(getattr(torch, n))
+} | {getattr(math, n) for n in ("ceil", "floor", "trunc", "sqrt")}
 
 
 def _check_target(op: Any) -> None:

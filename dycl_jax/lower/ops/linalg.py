@@ -1,4 +1,4 @@
-"""Matrix products: mm, addmm, bmm and friends."""
+"""Matrix products: mm, bmm, addmm, baddbmm, addbmm, addmv, mv, dot, linear, _trilinear."""
 from __future__ import annotations
 
 import jax.numpy as jnp
@@ -25,3 +25,60 @@ def addmm(bias, a, b, *, beta=1, alpha=1):
     if beta == 0:
         return out
     return out + (bias if beta == 1 else bias * beta)
+
+
+def _scaled_sum(bias, prod, beta, alpha):
+    """beta·bias + alpha·prod, where beta == 0 ignores bias entirely (NaN/inf included), as torch."""
+    if alpha != 1:
+        prod = prod * alpha
+    if beta == 0:
+        return prod
+    return prod + (bias if beta == 1 else bias * beta)
+
+
+@register(aten.mv.default)
+def mv(a, v):
+    return jnp.matmul(a, v)
+
+
+@register(aten.dot.default)
+def dot(a, b):
+    return jnp.dot(a, b)
+
+
+@register(aten.addmv.default)
+def addmv(bias, a, v, *, beta=1, alpha=1):
+    return _scaled_sum(bias, jnp.matmul(a, v), beta, alpha)
+
+
+@register(aten.baddbmm.default)
+def baddbmm(bias, a, b, *, beta=1, alpha=1):
+    return _scaled_sum(bias, jnp.matmul(a, b), beta, alpha)
+
+
+@register(aten.addbmm.default)
+def addbmm(bias, a, b, *, beta=1, alpha=1):
+    # the batch of products is summed into one matrix
+    return _scaled_sum(bias, jnp.einsum("bij,bjk->ik", a, b), beta, alpha)
+
+
+@register(aten.linear.default)
+def linear(x, weight, bias=None):
+    out = jnp.matmul(x, jnp.swapaxes(weight, -1, -2)) if weight.ndim > 1 else jnp.matmul(x, weight)
+    return out if bias is None else out + bias
+
+
+@register(aten._trilinear.default)
+def trilinear(i1, i2, i3, expand1, expand2, expand3, sumdim, unroll_dim=1):
+    # F.bilinear's kernel: unsqueeze each operand at its `expand` dims, multiply the three
+    # (broadcasting) and sum over `sumdim`. As an einsum, an expanded dim is simply absent
+    # from that operand, which avoids materialising the broadcast product.
+    ndim = i1.ndim + len(expand1)
+    letters = [chr(ord("a") + d) for d in range(ndim)]
+
+    def subscript(expand) -> str:
+        return "".join(letters[d] for d in range(ndim) if d not in set(expand))
+
+    out = "".join(letters[d] for d in range(ndim) if d not in set(sumdim))
+    spec = f"{subscript(expand1)},{subscript(expand2)},{subscript(expand3)}->{out}"
+    return jnp.einsum(spec, i1, i2, i3)
