@@ -16,7 +16,7 @@ _TABLE: dict[Any, LoweringFn] = {}
 # multi-output ops and SymInt arithmetic for dynamic shapes.
 _PY_TARGETS = {getattr(operator, n) for n in dir(operator) if not n.startswith("_")} | {
     getattr(torch, n) for n in dir(torch) if n.startswith("sym_") and callable(getattr(torch, n))
-} | {getattr(math, n) for n in ("ceil", "floor", "trunc", "sqrt")}
+} | {getattr(math, n) for n in ("ceil", "floor", "trunc", "sqrt")} | {round, torch._sym_sqrt}
 
 
 def _check_target(op: Any) -> None:

@@ -196,7 +196,8 @@ def linspace(start, end, steps, *, dtype=None, layout=None, device=None, pin_mem
 
 @register(aten.eye.default, aten.eye.m)
 def eye(n, m=None, *, dtype=None, layout=None, device=None, pin_memory=None):
-    return jnp.eye(int(_number(n, "eye")), None if m is None else int(_number(m, "eye")), dtype=jdtype(dtype) or jnp.float32)
+    cols = None if m is None else int(_number(m, "eye"))
+    return jnp.eye(int(_number(n, "eye")), cols, dtype=jdtype(dtype) or jnp.float32)
 
 
 @register(aten.tril.default)
