@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -92,11 +93,15 @@ def _as_tensor(v: Any) -> torch.Tensor:
 
 def _dynamic_shapes(tensors: list[torch.Tensor], dynamic_batch: bool) -> tuple[Any, ...] | None:
     # Dim.AUTO lets export keep the batch dimension symbolic where the model allows it and
-    # specialise it silently where it does not (e.g. a hard-coded `view(2, -1)`).
-    if not dynamic_batch:
+    # specialise it silently where it does not (e.g. a hard-coded `view(2, -1)`). Only tensors
+    # whose first dim equals the first input's count as batched: a (3,) bias-like argument
+    # must stay static. Batch sizes of 0 and 1 are specialised by torch, so none is marked.
+    if not dynamic_batch or not tensors or tensors[0].dim() == 0 or tensors[0].shape[0] < 2:
         return None
+    batch = tensors[0].shape[0]
+    specs = tuple({0: Dim.AUTO} if t.dim() >= 1 and t.shape[0] == batch else None for t in tensors)
     # forward(*tensors) takes varargs, so the spec is one tuple inside the args tuple.
-    return (tuple({0: Dim.AUTO} if t.dim() >= 1 and t.shape[0] >= 2 else None for t in tensors),)
+    return (specs,)
 
 
 def capture(
@@ -118,7 +123,7 @@ def capture(
     tensors = [leaves[i] for i in wrapper._tensor_index]
     start = time.perf_counter()
     try:
-        with warnings.catch_warnings(), _eval_mode(model):
+        with warnings.catch_warnings(), _eval_mode(model), _quiet_torch_logs():
             warnings.simplefilter("ignore")
             ep = torch.export.export(wrapper, tuple(tensors), dynamic_shapes=_dynamic_shapes(tensors, dynamic_batch))
             ep = decompose(ep) if decompose else ep.run_decompositions()
@@ -133,7 +138,7 @@ def capture(
     return CapturedProgram(
         ep=ep,
         state=_state_entries(ep),
-        inputs=_input_specs(ep, model, method),
+        inputs=_input_specs(ep, _leaf_names(model, method, example_args), wrapper._tensor_index),
         in_spec=spec,
         arg_leaves=leaves,
         tensor_leaf_index=wrapper._tensor_index,
@@ -149,6 +154,20 @@ def _root_cause(exc: BaseException, limit: int = 600) -> str:
         exc = exc.__cause__
     text = " ".join(str(exc).split())
     return f"{type(exc).__name__}: {text[:limit]}{'...' if len(text) > limit else ''}"
+
+
+@contextlib.contextmanager
+def _quiet_torch_logs():
+    # a failed export logs whole graphs at ERROR level; our CaptureError carries the cause
+    loggers = [logging.getLogger(n) for n in ("torch.fx.experimental.symbolic_shapes", "torch.export", "torch._export")]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        for lg, level in zip(loggers, levels):
+            lg.setLevel(level)
 
 
 @contextlib.contextmanager
@@ -192,19 +211,28 @@ def _state_entries(ep: ExportedProgram) -> list[StateEntry]:
     return entries
 
 
-def _input_specs(ep: ExportedProgram, model: torch.nn.Module, method: str) -> list[TensorSpec]:
+def _leaf_names(model: torch.nn.Module, method: str, example_args: tuple[Any, ...]) -> list[str]:
+    """A readable name per argument leaf: the parameter name, then the path inside it."""
     import inspect
 
-    user = [s.arg.name for s in ep.graph_signature.input_specs if s.kind == InputKind.USER_INPUT]
-    nodes = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
     try:
         params = list(inspect.signature(getattr(model, method)).parameters)
     except (TypeError, ValueError):
         params = []
+    names = []
+    for path, _ in pytree.tree_flatten_with_path(tuple(example_args))[0]:
+        pos = path[0].idx  # type: ignore[attr-defined]
+        head = params[pos] if pos < len(params) else f"arg{pos}"
+        names.append(head + pytree.keystr(path[1:]))
+    return names
+
+
+def _input_specs(ep: ExportedProgram, leaf_names: list[str], tensor_index: list[int]) -> list[TensorSpec]:
+    user = [s.arg.name for s in ep.graph_signature.input_specs if s.kind == InputKind.USER_INPUT]
+    nodes = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
     specs = []
-    for i, name in enumerate(user):
+    for name, leaf in zip(user, tensor_index):
         val = nodes[name].meta["val"]
         shape = tuple(d if isinstance(d, int) else None for d in val.shape)
-        label = params[i] if i < len(params) and len(params) == len(user) else f"input {i}"
-        specs.append(TensorSpec(label, shape, val.dtype))
+        specs.append(TensorSpec(leaf_names[leaf], shape, val.dtype))
     return specs

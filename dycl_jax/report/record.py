@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 
 @dataclass
@@ -43,4 +43,26 @@ class ConversionReport:
     op_counts: Counter[str]
     timings: dict[str, float]
     warnings: list[str] = field(default_factory=list)
+    # filled by whoever runs torch and JAX side by side (`dycl-jax convert`): cases,
+    # float_outputs, max_abs_diff, int_outputs, int_match_rate
     parity: dict[str, float] = field(default_factory=dict)
+
+
+def report_to_dict(report: ConversionReport) -> dict:
+    """The report as JSON-ready data (dataclasses.asdict; the op Counter becomes a dict)."""
+    data = asdict(report)
+    data["op_counts"] = dict(report.op_counts)
+    return data
+
+
+def _host_node(data: dict) -> HostNode:
+    return HostNode(data["kind"], data["label"], [_host_node(c) for c in data.get("children", [])])
+
+
+def report_from_dict(data: dict) -> ConversionReport:
+    """Inverse of `report_to_dict` (e.g. for a report written by `dycl-jax convert --json`)."""
+    fields = dict(data)
+    fields["subnetworks"] = [SubNetwork(**s) for s in data["subnetworks"]]
+    fields["host_tree"] = _host_node(data["host_tree"])
+    fields["op_counts"] = Counter(data["op_counts"])
+    return ConversionReport(**fields)

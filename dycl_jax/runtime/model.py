@@ -48,8 +48,12 @@ class JaxModel:
 
     def __call__(self, *args: Any) -> Any:
         tensors = self.signature.bind(args)
-        outs = self._call([v.value for v in self._variables], tensors)
+        outs = self._call(self._state_values(), tensors)
         return self.signature.unflatten(outs)
+
+    def _state_values(self) -> list[Any]:
+        # get_raw_value: the stored array itself; `.value`/get_value copy and warn (~10 µs each)
+        return [v.get_raw_value() for v in self._variables]
 
     def apply(self, state: nnx.State, *args: Any) -> Any:
         """Pure and jittable: the method's result given `state` (as from `nnx.state(jm.module)`)."""
@@ -65,7 +69,7 @@ class JaxModel:
         tensors = self.signature.bind(args)
         self._trace_log.clear()
         with recording(lambda site, value: self._trace_log.append((site, value))):
-            outs = self._trace_call([v.value for v in self._variables], tensors)
+            outs = self._trace_call(self._state_values(), tensors)
         jax.block_until_ready(outs)
         jax.effects_barrier()  # callbacks may still be in flight after the result is ready
         decisions = list(self._trace_log)

@@ -11,7 +11,7 @@ import torch.utils._pytree as pytree
 
 from dycl_jax.capture.export import CapturedProgram, TensorSpec
 from dycl_jax.errors import CallError
-from dycl_jax.lower.dtypes import tensor_to_numpy, to_jax_dtype
+from dycl_jax.lower.dtypes import check_int32, tensor_to_numpy, to_jax_dtype
 
 # Besides the JAX dtype we store, accept the numpy dtype the torch dtype names: token ids
 # naturally arrive as int64 numpy arrays and are narrowed to int32 (the int64 policy).
@@ -65,11 +65,17 @@ class CallSignature:
         ok_dtype = got == want or got == _ALSO_ACCEPTED.get(spec.dtype)
         if not (ok_shape and ok_dtype):
             raise CallError(
-                f"{spec.name}: expected {spec.describe()} (B = any batch size), "
+                f"{spec.name}: expected {spec.describe()}{' (B = any batch size)' if None in spec.shape else ''}, "
                 f"got {got.name}{list(shape)}",
                 fix="pass an array of the expected shape and dtype (cast with .astype if needed)",
             )
-        return given if got == want else np.asarray(given).astype(want)
+        if got == want:
+            return given
+        arr = np.asarray(given)
+        if arr.dtype == np.int64 and arr.size:  # narrowing to int32 must not wrap silently
+            check_int32(int(arr.min()), f"{spec.name}: value")
+            check_int32(int(arr.max()), f"{spec.name}: value")
+        return arr.astype(want)
 
     def unflatten(self, outputs: tuple[Any, ...] | list[Any]) -> Any:
         return pytree.tree_unflatten(list(outputs), self.out_spec)

@@ -59,4 +59,4 @@ def flat_values(state: nnx.State, paths: list[str]) -> list[Any]:
 
 
 def _value(v: Any) -> Any:
-    return v.value if isinstance(v, nnx.Variable) else v
+    return v.get_raw_value() if isinstance(v, nnx.Variable) else v

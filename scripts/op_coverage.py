@@ -1,0 +1,139 @@
+"""Prints which PyTorch OpInfo entries convert correctly with dycl_jax (the data behind the 90% goal).
+
+Usage: python scripts/op_coverage.py [--only NAME ...] [--all] [--samples N] [--json PATH]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import re
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+# The OpInfo harness is test code and stays out of the package; reuse it from tests/.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+
+from rich.console import Console  # noqa: E402
+from rich.table import Table  # noqa: E402
+
+from opinfo_entries import GROUP_OF, ORDINARY  # noqa: E402
+from opinfo_known_failures import KNOWN_FAILURES  # noqa: E402
+from opinfo_support import (  # noqa: E402
+    FAIL, NOT_COMPARABLE, NOT_EXPORTABLE, PASS, SAMPLES_PER_ENTRY, EntryResult, entry_id, op_db, run_entry,
+)
+
+KNOWN, UNEXPECTED_PASS = "known failure", "unexpected pass"
+_STYLE = {
+    PASS: "green", UNEXPECTED_PASS: "magenta", KNOWN: "yellow",
+    NOT_EXPORTABLE: "blue", NOT_COMPARABLE: "cyan", FAIL: "red",
+}
+_MISSING_OP = re.compile(r"no JAX lowering for ATen operator (\S+)")
+Row = tuple[tuple[str, str], EntryResult, str]
+
+
+def _verdict(key: tuple[str, str], status: str) -> str:
+    """The status as the test sees it: a listed failure is expected, a listed pass is not."""
+    if key in KNOWN_FAILURES:
+        return UNEXPECTED_PASS if status == PASS else KNOWN
+    return status
+
+
+def _select(only: list[str], run_all: bool) -> list[tuple[str, str]]:
+    keys = list(ORDINARY)
+    if run_all:
+        keys += sorted(k for k in op_db() if k not in set(ORDINARY))
+    if only:
+        wanted = set(only)
+        keys = [k for k in keys if k[0] in wanted or entry_id(k) in wanted]
+        if not keys:
+            sys.exit(f"no OpInfo entry named {', '.join(only)} (use the name, or name.variant)")
+    return keys
+
+
+def _table(rows: list[Row], samples: int) -> Table:
+    table = Table(title=f"OpInfo float32 samples through to_jax (first {samples} per entry)")
+    for col in ("entry", "group", "status", "pass", "not exp.", "not comp.", "fail", "s", "first problem"):
+        table.add_column(col, overflow="fold")
+    for key, result, verdict in rows:
+        counts = Counter(s.status for s in result.samples)
+        problem = next((s.detail for s in result.samples if s.status == FAIL), "")
+        if not problem and verdict in (NOT_EXPORTABLE, NOT_COMPARABLE):
+            problem = result.samples[0].detail if result.samples else ""
+        if verdict in (KNOWN, UNEXPECTED_PASS):
+            problem = f"[side table] {KNOWN_FAILURES[key]}" + (f" | {problem}" if problem else "")
+        numbers = [str(counts[s]) for s in (PASS, NOT_EXPORTABLE, NOT_COMPARABLE, FAIL)]
+        table.add_row(
+            entry_id(key), GROUP_OF.get(key, "(other)"), f"[{_STYLE[verdict]}]{verdict}",
+            *numbers, f"{result.seconds:.1f}", problem[:160],
+        )
+    return table
+
+
+def _missing_ops(result: EntryResult) -> set[str]:
+    found = (_MISSING_OP.search(s.detail) for s in result.samples if s.status == FAIL)
+    return {m.group(1) for m in found if m}
+
+
+def _summary(console: Console, rows: list[Row]) -> None:
+    ordinary = [v for k, _, v in rows if k in set(ORDINARY)]
+    totals = Counter(ordinary)
+    console.print("ordinary-models entries: " + ", ".join(f"{n} {v}" for v, n in totals.most_common()))
+    if ordinary:
+        passed = totals[PASS] + totals[UNEXPECTED_PASS]
+        console.print(
+            f"[bold]pass rate on the ordinary-models list: {passed}/{len(ordinary)} = {passed / len(ordinary):.1%}"
+            f"[/bold] (goal 90%; the list has {len(ORDINARY)} entries)"
+        )
+    missing = Counter(op for _, r, _ in rows for op in _missing_ops(r))
+    if missing:
+        blocked = ", ".join(f"{o} ({n})" for o, n in missing.most_common())
+        console.print(f"missing lowerings (entries blocked): {blocked}")
+
+
+def _to_json(rows: list[Row]) -> list[dict]:
+    return [
+        {
+            "name": k[0], "variant": k[1], "ordinary": k in set(ORDINARY), "status": v, "seconds": round(r.seconds, 3),
+            "samples": [{"status": s.status, "detail": s.detail} for s in r.samples],
+        }
+        for k, r, v in rows
+    ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", action="append", default=[], metavar="NAME", help="an OpInfo name or name.variant")
+    parser.add_argument("--all", action="store_true", help="also run every other op_db entry (slow)")
+    parser.add_argument("--samples", type=int, default=SAMPLES_PER_ENTRY, help="samples per entry")
+    parser.add_argument("--json", metavar="PATH", help="write the per-entry results as JSON")
+    opts = parser.parse_args(argv)
+
+    # torch.export logs a warning (with the whole graph) for each value-dependent shape it meets
+    logging.getLogger("torch").setLevel(logging.ERROR)
+    import dycl_jax.lower.ops  # noqa: F401  (registers every lowering)
+    from dycl_jax.lower.registry import registered
+
+    # a wide table stays readable when the output goes to a file or a CI log
+    console = Console(width=None if sys.stdout.isatty() else 200)
+    keys = _select(opts.only, opts.all)
+    start = time.perf_counter()
+    rows: list[Row] = []
+    with console.status("") as status:
+        for i, key in enumerate(keys):
+            status.update(f"[{i + 1}/{len(keys)}] {entry_id(key)}")
+            result = run_entry(key, opts.samples)
+            rows.append((key, result, _verdict(key, result.status)))
+    console.print(_table(rows, opts.samples))
+    _summary(console, rows)
+    elapsed = time.perf_counter() - start
+    console.print(f"registered lowerings: {len(registered())}; {len(rows)} entries in {elapsed:.0f} s")
+    if opts.json:
+        Path(opts.json).write_text(json.dumps(_to_json(rows), indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
