@@ -17,6 +17,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from rich.console import Console  # noqa: E402
+from rich.markup import escape  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 from opinfo_entries import GROUP_OF, ORDINARY  # noqa: E402
@@ -67,7 +68,7 @@ def _table(rows: list[Row], samples: int) -> Table:
         numbers = [str(counts[s]) for s in (PASS, NOT_EXPORTABLE, NOT_COMPARABLE, FAIL)]
         table.add_row(
             entry_id(key), GROUP_OF.get(key, "(other)"), f"[{_STYLE[verdict]}]{verdict}",
-            *numbers, f"{result.seconds:.1f}", problem[:160],
+            *numbers, f"{result.seconds:.1f}", escape(problem[:160]),  # details hold brackets, not markup
         )
     return table
 
@@ -90,7 +91,7 @@ def _summary(console: Console, rows: list[Row]) -> None:
     missing = Counter(op for _, r, _ in rows for op in _missing_ops(r))
     if missing:
         blocked = ", ".join(f"{o} ({n})" for o, n in missing.most_common())
-        console.print(f"missing lowerings (entries blocked): {blocked}")
+        console.print(f"missing lowerings (entries blocked): {escape(blocked)}")
 
 
 def _to_json(rows: list[Row]) -> list[dict]:

@@ -1,0 +1,72 @@
+"""How OpInfo results are judged: torch vs JAX leaf comparison and the int64 policy checks."""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+import torch.utils._pytree as pytree
+
+from dycl_jax.lower.dtypes import INT32_MAX, INT32_MIN, to_jax_dtype
+
+RTOL, ATOL = 1e-4, 1e-5  # float results; integer and bool results must match exactly
+
+
+def outside_int32(leaves: list[Any]) -> bool:
+    """Whether a sample carries integers dycl_jax cannot hold (the int64 policy says: raise)."""
+    for v in leaves:
+        if isinstance(v, torch.Tensor) and v.dtype == torch.int64 and v.numel():
+            if int(v.min()) < INT32_MIN or int(v.max()) > INT32_MAX:
+                return True
+        elif isinstance(v, int) and not isinstance(v, bool) and not INT32_MIN <= v <= INT32_MAX:
+            return True
+    return False
+
+
+def compare(expected: Any, got: Any) -> str | None:
+    """None when `got` (JAX) matches `expected` (torch) leaf by leaf; else what differs."""
+    exp_leaves, exp_spec = pytree.tree_flatten(expected)
+    got_leaves, got_spec = pytree.tree_flatten(got)
+    if exp_spec != got_spec:
+        return f"output structure {got_spec} != torch's {exp_spec}"
+    for i, (e, g) in enumerate(zip(exp_leaves, got_leaves)):
+        e_t = e if isinstance(e, torch.Tensor) else torch.tensor(e)
+        g_np = np.asarray(g)
+        want_dtype = to_jax_dtype(e_t.dtype)
+        if g_np.dtype != want_dtype:
+            return f"leaf {i}: dtype {g_np.dtype} != {want_dtype} (torch {e_t.dtype})"
+        if tuple(g_np.shape) != tuple(e_t.shape):
+            return f"leaf {i}: shape {tuple(g_np.shape)} != torch's {tuple(e_t.shape)}"
+        e_np = e_t.detach().resolve_conj().resolve_neg().numpy()
+        if e_t.is_floating_point() or e_t.is_complex():
+            e_np = e_np.astype(g_np.dtype)  # float64 results are held as float32 (policy)
+            ok = np.isclose(g_np, e_np, rtol=RTOL, atol=ATOL, equal_nan=True)
+            if not ok.all():
+                bad = np.argwhere(~ok)[0]
+                where = tuple(int(b) for b in bad)
+                return (
+                    f"leaf {i}: {int((~ok).sum())}/{ok.size} values differ, e.g. at {where}: "
+                    f"{g_np[where]!r} vs torch {e_np[where]!r}"
+                )
+        elif not np.array_equal(g_np, e_np):  # by value: an int64 result wrapped to int32 must not match
+            return f"leaf {i}: integer/bool values differ ({int((g_np != e_np).sum())} of {g_np.size})"
+    return None
+
+
+def identical(a: Any, b: Any) -> bool:
+    """Whether two eager torch results are the same, NaNs included."""
+    la, sa = pytree.tree_flatten(a)
+    lb, sb = pytree.tree_flatten(b)
+    if sa != sb:
+        return False
+    for x, y in zip(la, lb):
+        if isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor):
+            if x.is_floating_point() or x.is_complex():
+                if not torch.equal(x.isnan(), y.isnan()):
+                    return False
+                x, y = x.nan_to_num(), y.nan_to_num()
+            if not torch.equal(x, y):
+                return False
+        elif x != y and not (x != x and y != y):  # NaN != NaN for Python floats too
+            return False
+    return True
