@@ -5,6 +5,7 @@ from typing import Any, Sequence
 
 import jax
 import jax.numpy as jnp
+from jax import lax
 import numpy as np
 
 from dycl_jax.errors import DyclError
@@ -145,8 +146,11 @@ def masked_scatter(x, mask, source):
 
 @register(aten.embedding.default)
 def embedding(weight, indices, padding_idx: int = -1, scale_grad_by_freq: bool = False, sparse: bool = False):
-    # padding_idx and scale_grad_by_freq only change gradients
-    return jnp.take(weight, indices, axis=0)
+    out = jnp.take(weight, indices, axis=0)
+    if padding_idx is not None and padding_idx >= 0:
+        # torch never updates the padding row: its gradient is zero, so stop it here too
+        out = jnp.where((indices == padding_idx)[..., None], lax.stop_gradient(out), out)
+    return out
 
 
 @register(aten.take.default)

@@ -39,7 +39,10 @@ def _pool_params(x, n, kernel_size, stride, padding, dilation, ceil_mode):
     sizes = x.shape[-n:]
     outs = tuple(_pool_out_size(sz, *a, ceil_mode) for sz, *a in zip(sizes, k, s, p, d))
     # high-side padding: p plus whatever a ceil-mode window reaches beyond it
-    pads = [(pi, max(pi, (o - 1) * si + di * (ki - 1) + 1 - sz - pi)) for sz, o, ki, si, pi, di in zip(sizes, outs, k, s, p, d)]
+    pads = [
+        (pi, max(pi, (o - 1) * si + di * (ki - 1) + 1 - sz - pi))
+        for sz, o, ki, si, pi, di in zip(sizes, outs, k, s, p, d)
+    ]
     return k, s, p, d, outs, pads
 
 

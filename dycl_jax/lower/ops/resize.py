@@ -112,10 +112,6 @@ def _interp(x, n, output_size, align_corners, scales, table_fn):
     return _apply_tables(x, tables)
 
 
-def _scales(*vals: float | None) -> list[float | None]:
-    return list(vals)
-
-
 # --- nearest / nearest-exact ---------------------------------------------------------------
 @register(aten.upsample_nearest1d.vec, aten.upsample_nearest2d.vec, aten.upsample_nearest3d.vec)
 def upsample_nearest_vec(x, output_size: Sequence[int] | None, scale_factors: Sequence[float] | None):
@@ -123,7 +119,9 @@ def upsample_nearest_vec(x, output_size: Sequence[int] | None, scale_factors: Se
     return _nearest(x, n, output_size, scale_factors)
 
 
-@register(aten._upsample_nearest_exact1d.vec, aten._upsample_nearest_exact2d.vec, aten._upsample_nearest_exact3d.vec)
+@register(
+    aten._upsample_nearest_exact1d.vec, aten._upsample_nearest_exact2d.vec, aten._upsample_nearest_exact3d.vec
+)
 def upsample_nearest_exact_vec(x, output_size, scale_factors):
     n = len(output_size) if output_size is not None else len(scale_factors)
     return _nearest(x, n, output_size, scale_factors, exact=True)
@@ -135,7 +133,9 @@ def upsample_nearest(x, output_size, *scales):
 
 
 @register(
-    aten._upsample_nearest_exact1d.default, aten._upsample_nearest_exact2d.default, aten._upsample_nearest_exact3d.default
+    aten._upsample_nearest_exact1d.default,
+    aten._upsample_nearest_exact2d.default,
+    aten._upsample_nearest_exact3d.default,
 )
 def upsample_nearest_exact(x, output_size, *scales):
     return _nearest(x, len(output_size), output_size, _pad_scales(scales, len(output_size)), exact=True)
@@ -165,4 +165,4 @@ def upsample_bicubic2d_vec(x, output_size, align_corners, scale_factors):
 
 @register(aten.upsample_bicubic2d.default)
 def upsample_bicubic2d(x, output_size, align_corners, scales_h=None, scales_w=None):
-    return _interp(x, 2, output_size, align_corners, _scales(scales_h, scales_w), _cubic_table)
+    return _interp(x, 2, output_size, align_corners, [scales_h, scales_w], _cubic_table)
