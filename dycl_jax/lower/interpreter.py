@@ -13,6 +13,7 @@ import torch.fx
 
 from dycl_jax.errors import DyclError, Location
 from dycl_jax.source import origins
+from dycl_jax.lower.loop_bounds import static_trip_bound
 from dycl_jax.lower.dtypes import tensor_to_numpy, to_jax_dtype
 from dycl_jax.lower.registry import lookup
 
@@ -22,7 +23,7 @@ _PLUMBING = ("/torch/", "/dycl_jax/", "<eval_with_key>", "/contextlib.py", "/fun
 
 
 _GENERATED = "<dycl-rewrite"  # filename prefix of rewritten methods (see source/origins.py)
-_SITE: contextvars.ContextVar[str] = contextvars.ContextVar("dycl_site", default="?")
+_SITE: contextvars.ContextVar[tuple[str, int | None]] = contextvars.ContextVar("dycl_site", default=("?", None))
 _NODE: contextvars.ContextVar[torch.fx.Node | None] = contextvars.ContextVar("dycl_node", default=None)
 
 
@@ -64,7 +65,12 @@ def current_node() -> torch.fx.Node | None:
 
 def current_site() -> str:
     """The site of the control-flow node being lowered right now (for decision tracing)."""
-    return _SITE.get()
+    return _SITE.get()[0]
+
+
+def current_loop_bound() -> int | None:
+    """The static trip-count bound of the while_loop being lowered right now, if known."""
+    return _SITE.get()[1]
 
 
 def _meta_dtype(val: Any) -> Any:
@@ -96,6 +102,7 @@ class _Step:
     fn: Callable[..., Any]
     out_dtype: Any
     site: str | None = None  # set for control-flow nodes only
+    loop_bound: int | None = None  # static trip-count bound of a while_loop, if evident
 
 
 @dataclass
@@ -121,7 +128,8 @@ class LoweredGraph:
             elif node.op == "call_function":
                 fn = lookup(node.target, node_location(node))
                 site = node_site(node) if isinstance(node.target, torch._ops.HigherOrderOperator) else None
-                lg.steps.append(_Step(node, fn, _meta_dtype(node.meta.get("val")), site))
+                bound = static_trip_bound(node, gm) if node.target is torch.ops.higher_order.while_loop else None
+                lg.steps.append(_Step(node, fn, _meta_dtype(node.meta.get("val")), site, bound))
             elif node.op == "output":
                 lg.output_node = node
             else:
@@ -142,7 +150,7 @@ class LoweredGraph:
             node = step.node
             args = torch.fx.node.map_arg(node.args, load)
             kwargs = torch.fx.node.map_arg(node.kwargs, load)
-            token = _SITE.set(step.site) if step.site else None
+            token = _SITE.set((step.site, step.loop_bound)) if step.site else None
             node_token = _NODE.set(node)
             try:
                 out = step.fn(*args, **kwargs)

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import jax
 from flax import nnx
 
-from dycl_jax.lower.ops.control_flow import recording
+from dycl_jax.lower.ops.control_flow import differentiable, recording
 from dycl_jax.runtime.signature import CallSignature
 from dycl_jax.runtime.state import flat_values
 
@@ -56,9 +56,14 @@ class JaxModel:
         return [v.get_raw_value() for v in self._variables]
 
     def apply(self, state: nnx.State, *args: Any) -> Any:
-        """Pure and jittable: the method's result given `state` (as from `nnx.state(jm.module)`)."""
+        """Pure and jittable: the method's result given `state` (as from `nnx.state(jm.module)`).
+
+        Differentiable with `jax.grad`: while loops with a static trip-count bound run as
+        fori_loop here (same results as `jm(...)`, which exits loops early with while_loop).
+        """
         tensors = self.signature.bind(args)
-        return self.signature.unflatten(self._fn(flat_values(state, self._paths), tensors))
+        with differentiable():
+            return self.signature.unflatten(self._fn(flat_values(state, self._paths), tensors))
 
     def trace(self, *args: Any) -> tuple[Any, list[tuple[str, Any]]]:
         """Run and return (outputs, decisions): each branch taken and each loop test, in order.

@@ -11,7 +11,7 @@ import torch
 import torch.fx
 
 from dycl_jax.errors import DyclError
-from dycl_jax.lower.interpreter import LoweredGraph, current_site, node_location
+from dycl_jax.lower.interpreter import LoweredGraph, current_loop_bound, current_site, node_location
 from dycl_jax.lower.registry import register
 
 # While set, the lowerings below report each decision to this callback as (site, value).
@@ -34,6 +34,24 @@ def recording(callback: Callable[[str, Any], None]) -> Iterator[None]:
 # The rewrite stage stages an elif chain as nested torch.cond on a path index that every cond
 # of the chain receives as operand 0 (`cond(idx == k, path k, rest of chain)`). A trace reports
 # the chain once, as that index, like the torch side does; the inner conds stay silent.
+_DIFFERENTIABLE: contextvars.ContextVar[bool] = contextvars.ContextVar("dycl_differentiable", default=False)
+
+
+@contextlib.contextmanager
+def differentiable() -> Iterator[None]:
+    """Trace programs for reverse-mode AD: bounded while loops become fori_loop (a scan).
+
+    lax.while_loop has no reverse-mode derivative. A loop whose trip count has a static bound
+    runs as `bound` steps that each do the body only while the test holds; once the test is
+    false the carry no longer changes, so the test stays false and the result is the same.
+    """
+    token = _DIFFERENTIABLE.set(True)
+    try:
+        yield
+    finally:
+        _DIFFERENTIABLE.reset(token)
+
+
 _IN_CHAIN: contextvars.ContextVar[str | None] = contextvars.ContextVar("dycl_in_chain", default=None)
 
 
@@ -109,4 +127,8 @@ def while_loop(
         return tuple(jnp.asarray(o, dtype=c.dtype).reshape(c.shape) for o, c in zip(out, carry))
 
     carry0 = tuple(jnp.asarray(c) for c in carried)
+    bound = current_loop_bound()
+    if bound is not None and _DIFFERENTIABLE.get() and _RECORDER.get() is None:
+        step = lambda _, c: jax.lax.cond(test(c), body, lambda c: c, c)  # noqa: E731
+        return jax.lax.fori_loop(0, bound, step, carry0)
     return jax.lax.while_loop(test, body, carry0)
