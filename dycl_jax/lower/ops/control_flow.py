@@ -13,6 +13,7 @@ import torch.fx
 from dycl_jax.errors import DyclError
 from dycl_jax.lower.interpreter import LoweredGraph, current_loop_bound, current_site, node_location
 from dycl_jax.lower.registry import register
+from dycl_jax.source import origins
 
 # While set, the lowerings below report each decision to this callback as (site, value).
 # It is read when JAX traces the program, so a traced program must be jitted separately.
@@ -96,7 +97,9 @@ def cond(pred: Any, true_graph: LoweredGraph, false_graph: LoweredGraph, operand
     operands = tuple(operands)
     site = current_site()
     chain = site.startswith("elif@")
-    if not chain:
+    if not origins.is_decision(site):
+        pass  # an internal exit-flag guard of the rewrite, not a user decision
+    elif not chain:
         _record("if", p)
     elif _IN_CHAIN.get() != site:
         _record("elif", jnp.asarray(operands[0]))

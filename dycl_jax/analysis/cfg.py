@@ -1,0 +1,159 @@
+"""Control-flow graph of one function scope, and liveness of its local variables."""
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+
+from dycl_jax.analysis.scopes import Access, access, function_locals
+
+
+@dataclass(eq=False)
+class Node:
+    """A straight-line piece: a simple statement, a test, a loop header, or an empty join."""
+
+    acc: Access
+    label: str = ""
+    succ: list["Node"] = field(default_factory=list)
+    live_in: set[str] = field(default_factory=set)
+
+
+@dataclass
+class _Loop:
+    header: Node
+    join: Node
+
+
+class CFG:
+    """Built backwards: each statement links to what follows it, loops to their header."""
+
+    def __init__(self, fn: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
+        self.nodes: list[Node] = []
+        self.exit = self._node(Access(), "exit")
+        self.join: dict[int, Node] = {}  # id(compound stmt) -> node reached right after it
+        self.header: dict[int, Node] = {}  # id(loop) -> its header (test / next item)
+        self.entry_of: dict[int, Node] = {}  # id(stmt list) -> first node of that block
+        self._loops: list[_Loop] = []
+        self.entry = self._block(fn.body, self.exit)
+
+    def _node(self, acc: Access, label: str = "") -> Node:
+        node = Node(acc, label)
+        self.nodes.append(node)
+        return node
+
+    def _block(self, stmts: list[ast.stmt], follow: Node) -> Node:
+        entry = follow
+        for s in reversed(stmts):
+            entry = self._stmt(s, entry)
+        self.entry_of[id(stmts)] = entry
+        return entry
+
+    def _stmt(self, s: ast.stmt, follow: Node) -> Node:
+        if isinstance(s, ast.If):
+            join = self._join(s, follow)
+            test = self._node(access(s.test), "if")
+            test.succ = [self._block(s.body, join), self._block(s.orelse, join)]
+            return test
+        if isinstance(s, (ast.While, ast.For, ast.AsyncFor)):
+            join = self._join(s, follow)
+            if isinstance(s, ast.While):
+                header = self._node(access(s.test), "while")
+            else:  # the iterable is read once, the target bound on every iteration
+                header = self._node(access(s.iter).update(access(s.target)), "for")
+            self.header[id(s)] = header
+            self._loops.append(_Loop(header, join))
+            body = self._block(s.body, header)
+            self._loops.pop()
+            header.succ = [body, self._block(s.orelse, join)]
+            return header
+        if isinstance(s, ast.Break):
+            return self._jump(self._loops[-1].join if self._loops else self.exit, "break")
+        if isinstance(s, ast.Continue):
+            return self._jump(self._loops[-1].header if self._loops else self.exit, "continue")
+        if isinstance(s, (ast.Return, ast.Raise)):
+            node = self._node(access(s), "return")
+            node.succ = [self.exit]
+            return node
+        if isinstance(s, (ast.With, ast.AsyncWith)):
+            join = self._join(s, follow)
+            node = self._node(access(*s.items), "with")
+            node.succ = [self._block(s.body, join)]
+            return node
+        if isinstance(s, (ast.Try, getattr(ast, "TryStar", ast.Try))):
+            return self._try(s, follow)
+        if isinstance(s, ast.Match):
+            join = self._join(s, follow)
+            node = self._node(access(s.subject), "match")
+            for case in s.cases:
+                pattern = self._node(access(case.pattern, case.guard), "case")
+                pattern.succ = [self._block(case.body, join)]
+                node.succ.append(pattern)
+            node.succ.append(join)
+            return node
+        node = self._node(access(s), type(s).__name__)
+        node.succ = [follow]
+        return node
+
+    def _join(self, s: ast.stmt, follow: Node) -> Node:
+        join = self._node(Access(), "join")
+        join.succ = [follow]
+        self.join[id(s)] = join
+        return join
+
+    def _jump(self, target: Node, label: str) -> Node:
+        node = self._node(Access(), label)
+        node.succ = [target]
+        return node
+
+    def _try(self, s: ast.Try, follow: Node) -> Node:
+        join = self._join(s, follow)
+        after = self._block(s.finalbody, join) if s.finalbody else join
+        handlers = []
+        for h in s.handlers:
+            hnode = self._node(access(h.type) if h.type else Access(), "except")
+            if h.name:
+                hnode.acc.binds.add(h.name)
+            hnode.succ = [self._block(h.body, after)]
+            handlers.append(hnode)
+        first = len(self.nodes)
+        body = self._block(s.body, self._block(s.orelse, after))
+        # any statement of the body may raise into any handler (or skip to `finally`)
+        for node in self.nodes[first:]:
+            node.succ.extend(handlers)
+        entry = self._node(Access(), "try")
+        entry.succ = [body, *handlers]
+        return entry
+
+
+class Liveness:
+    """Which local variables may be read later, at each point of interest."""
+
+    def __init__(self, fn: ast.FunctionDef | ast.AsyncFunctionDef, always_live: set[str] = frozenset()) -> None:
+        self.locals = function_locals(fn)
+        self.cfg = CFG(fn)
+        self._solve(set(always_live) & self.locals)
+
+    def _solve(self, always: set[str]) -> None:
+        nodes = self.cfg.nodes
+        changed = True
+        while changed:
+            changed = False
+            for node in reversed(nodes):
+                out: set[str] = set(always)
+                for s in node.succ:
+                    out |= s.live_in
+                new = ((node.acc.reads | node.acc.mutates) & self.locals) | (out - node.acc.binds)
+                if new != node.live_in:
+                    node.live_in = new
+                    changed = True
+
+    def after(self, stmt: ast.stmt) -> set[str]:
+        """Live right after a compound statement finishes normally."""
+        return set(self.cfg.join[id(stmt)].live_in)
+
+    def entry(self, block: list[ast.stmt]) -> set[str]:
+        """Live at the start of a block (a branch or loop body)."""
+        return set(self.cfg.entry_of[id(block)].live_in)
+
+    def header(self, loop: ast.stmt) -> set[str]:
+        """Live at a loop's header: before each test / each next item."""
+        return set(self.cfg.header[id(loop)].live_in)

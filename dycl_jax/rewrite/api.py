@@ -1,0 +1,205 @@
+"""Integration hook: rewrite a model method (and what it reaches) and patch it in, on the instances."""
+from __future__ import annotations
+
+import contextlib
+import copy
+import dataclasses
+import types
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+import torch
+
+from dycl_jax.analysis.dynamism import constructs, needs_rewrite
+from dycl_jax.analysis.scopes import function_locals
+from dycl_jax.rewrite import codegen, lifting, pipeline
+from dycl_jax.rewrite.operators import staging, tracing  # noqa: F401  (re-exported for the capture stage)
+from dycl_jax.rewrite.templates import Context, user_scopes
+from dycl_jax.source import discover as disc
+from dycl_jax.source.reader import read_function
+
+
+class RewriteWarning(UserWarning):
+    """Something of the user's code is not kept in the rewritten version."""
+
+
+class SideEffectWarning(RewriteWarning):
+    """A statement was dropped from rewritten code because it does not affect the outputs."""
+
+
+@dataclass(frozen=True)
+class SiteRecord:
+    kind: str  # if | elif | while | ifexp | guard (rewritten) — static ones keep kind if/while/ifexp
+    label: str  # e.g. "if@model.py:12"
+    line: int
+    static: bool = False  # provably Python: left as a plain Python statement
+
+
+@dataclass
+class FunctionRecord:
+    name: str  # qualified name of the user function
+    file: str
+    line: int
+    generated: str  # filename of the generated code (in linecache)
+    sites: list[SiteRecord] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    patched: list[str] = field(default_factory=list)  # "Block.forward on blocks.0", ...
+
+    @property
+    def source(self) -> str:
+        import linecache
+
+        return "".join(linecache.getlines(self.generated))
+
+
+@dataclass
+class RewriteRecord:
+    model: str
+    method: str
+    functions: list[FunctionRecord] = field(default_factory=list)
+
+    def function(self, name: str) -> FunctionRecord:
+        return next(f for f in self.functions if f.name == name or f.name.endswith("." + name))
+
+
+@dataclass
+class _Rewritten:
+    fn: types.FunctionType
+    record: FunctionRecord
+
+
+_CACHE: dict[tuple, _Rewritten] = {}
+
+
+def _rewrite(fn: types.FunctionType, helper_cells: dict[str, types.CellType], upto: str | None = None) -> _Rewritten:
+    key = (fn.__code__, id(fn.__globals__), tuple(sorted((k, id(v)) for k, v in helper_cells.items())), upto)
+    if key in _CACHE:
+        return _CACHE[key]
+    src = read_function(fn)
+    original = copy.deepcopy(src.tree)
+    ctx = Context(src, helpers=helper_cells)
+    tree = pipeline.run(ctx, upto)
+    new_fn, filename, _ = codegen.build(ctx, tree)
+    record = FunctionRecord(fn.__qualname__, src.file, src.line, filename, warnings=list(ctx.warnings))
+    for site in ctx.sites:
+        record.sites.append(SiteRecord(site.kind, site.label, site.line))
+    for scope in user_scopes(original):
+        for c in constructs(scope, function_locals(scope)):
+            if c.static and c.kind in ("if", "while", "ifexp"):
+                record.sites.append(SiteRecord(c.kind, f"{c.kind}@{src.file.rsplit('/', 1)[-1]}:{c.line}", c.line,
+                                               static=True))
+    for line in src.dropped_decorators:
+        record.warnings.append(f"{src.file.rsplit('/', 1)[-1]}:{line}: the decorator is not applied to the "
+                               f"rewritten {fn.__qualname__}")
+    done = _Rewritten(new_fn, record)
+    _CACHE[key] = done
+    return done
+
+
+def _referenced(fn: types.FunctionType, rewritten: dict[types.FunctionType, Any]) -> dict[str, types.FunctionType]:
+    """Names by which `fn` refers to helper functions that are rewritten."""
+    names = {}
+    cells = dict(zip(fn.__code__.co_freevars, fn.__closure__ or ()))
+    for name in disc.code_names(fn.__code__) | set(cells):
+        try:
+            value = cells[name].cell_contents if name in cells else fn.__globals__.get(name)
+        except ValueError:
+            continue
+        if isinstance(value, types.FunctionType) and value in rewritten:
+            names[name] = value
+    return names
+
+
+def _plan(model: torch.nn.Module, method: str) -> tuple[list[disc.Target], dict[types.FunctionType, _Rewritten]]:
+    targets, helpers = disc.discover(model, method)
+    functions = {t.fn for t in targets} | {h.fn for h in helpers}
+    for fn in functions:  # user frames stay in export's stack traces (node → user line)
+        codegen.keep_frames(fn.__code__)
+    dynamic: set[types.FunctionType] = set()
+    for fn in functions:  # source is read only for code that branches
+        if disc.has_branching(fn.__code__) and needs_rewrite(read_function(fn).tree):
+            dynamic.add(fn)
+    helper_fns = {h.fn for h in helpers}
+    changed = True
+    while changed:  # callers of rewritten helpers are rewritten too, to call the new version
+        changed = False
+        for fn in functions - dynamic:
+            if _referenced(fn, {h: None for h in dynamic & helper_fns}):
+                dynamic.add(fn)
+                changed = True
+    cells = {h: types.CellType() for h in dynamic & helper_fns}
+    done: dict[types.FunctionType, _Rewritten] = {}
+    for fn in dynamic:
+        refs = _referenced(fn, cells)
+        done[fn] = _rewrite(fn, {name: cells[h] for name, h in refs.items()})
+    for h, cell in cells.items():
+        cell.cell_contents = done[h].fn
+    return [t for t in targets if t.fn in done], done
+
+
+def _bind(target: disc.Target, fn: types.FunctionType) -> Any:
+    if target.binding in ("method", "class"):
+        return types.MethodType(fn, target.bound)
+    return fn
+
+
+@contextlib.contextmanager
+def rewritten(model: torch.nn.Module, method: str = "forward") -> Iterator[RewriteRecord]:
+    """Patch `model.<method>` and every user method it reaches with its rewritten version
+    (on these instances only, restored on exit); yields what was rewritten."""
+    if not callable(getattr(model, method, None)):
+        from dycl_jax.errors import DyclError
+
+        raise DyclError(f"{type(model).__name__} has no method {method!r}", fix="pass method=<name of a method>")
+    targets, done = _plan(model, method)
+    names = {id(m): n or "<model>" for n, m in model.named_modules()}
+    record = RewriteRecord(type(model).__name__, method)
+    records = {fn: dataclasses.replace(rw.record, sites=list(rw.record.sites), warnings=list(rw.record.warnings),
+                                       patched=[]) for fn, rw in done.items()}
+    record.functions = list(records.values())
+    saved: list[tuple[Any, str, bool, Any]] = []
+    try:
+        for target in targets:
+            owner_dict = target.owner.__dict__
+            saved.append((target.owner, target.attr, target.attr in owner_dict, owner_dict.get(target.attr)))
+            owner_dict[target.attr] = _bind(target, done[target.fn].fn)
+            where = names.get(id(target.owner), type(target.owner).__name__)
+            records[target.fn].patched.append(f"{target.attr} on {where}")
+        for r in record.functions:
+            for w in r.warnings:
+                category = SideEffectWarning if "dropped `" in w else RewriteWarning
+                warnings.warn(w, category, stacklevel=3)
+        with lifting.lifted(model):
+            yield record
+    finally:
+        for owner, attr, had, old in reversed(saved):
+            if had:
+                owner.__dict__[attr] = old
+            else:
+                owner.__dict__.pop(attr, None)
+
+
+def run_torch_trace(model: torch.nn.Module, method: str, args: Any) -> tuple[Any, list[tuple[str, Any]]]:
+    """Run the rewritten program eagerly, recording every decision (site, value).
+
+    Runs in eval mode without gradients, like capture. Values the staged program would hold as
+    tensors are tensors here too, so the decision list is the one the staged program makes.
+    """
+    args = args if isinstance(args, tuple) else (args,)
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad(), rewritten(model, method), tracing() as decisions:
+            out = getattr(model, method)(*args)
+    finally:
+        model.train(was_training)
+    return out, decisions
+
+
+def rewrite_function(fn: Any, upto: str | None = None) -> types.FunctionType:
+    """The rewritten version of one function or method (no helper substitution, no patching);
+    `upto` stops after that converter of the pipeline (for testing one converter at a time)."""
+    from dycl_jax.source.reader import unwrap
+
+    return _rewrite(unwrap(fn), {}, upto).fn

@@ -1,0 +1,1 @@
+"""One module per construct; rewrite/pipeline.py runs them in order."""

@@ -1,0 +1,68 @@
+"""`if/else` → cond with pure branch functions; `if/elif/.../else` chains → switch."""
+from __future__ import annotations
+
+import ast
+
+from dycl_jax.rewrite.converters.branches import check_body, liveness, own_prefix, signature
+from dycl_jax.rewrite.templates import (Context, assign, function, lambda_, last_assignment_line, locate, name,
+                                        op_call, tuple_of)
+
+
+def _kept(node: ast.If) -> bool:
+    return getattr(node, "_dycl_keep", False)
+
+
+def chain_nodes(node: ast.If) -> list[ast.If]:
+    """The `if` and its `elif`s (an `else:` holding exactly one `if` counts as an `elif`)."""
+    nodes = [node]
+    while len(nodes[-1].orelse) == 1 and isinstance(nodes[-1].orelse[0], ast.If) \
+            and not _kept(nodes[-1].orelse[0]) and not getattr(nodes[-1].orelse[0], "_dycl_guard", False):
+        nodes.append(nodes[-1].orelse[0])
+    return nodes
+
+
+def _all_static(node: ast.If) -> bool:
+    return all(getattr(n, "_dycl_static", False) for n in chain_nodes(node))
+
+
+def is_chain_member(node: ast.If, parent: ast.AST | None) -> bool:
+    """An `elif` is converted together with the `if` that starts its chain."""
+    return isinstance(parent, ast.If) and parent.orelse == [node] and not _kept(node) \
+        and not getattr(node, "_dycl_guard", False) and not getattr(parent, "_dycl_guard", False) \
+        and not _kept(parent)
+
+
+def convert_if(node: ast.If, block: list[ast.stmt], scope: ast.FunctionDef, ctx: Context) -> None:
+    if _kept(node) or _all_static(node):
+        return
+    nodes = chain_nodes(node)
+    tests = [n.test for n in nodes]
+    bodies = [n.body for n in nodes] + [nodes[-1].orelse]
+    for b in bodies:
+        check_body(b, f"the `if` at line {node.lineno}", ctx.src)
+    live = liveness(scope)
+    sig = signature(live, bodies, live.after(node))
+    guard = getattr(node, "_dycl_guard", False)
+    kind = "guard" if guard else ("elif" if len(tests) > 1 else "if")
+    if len(tests) == 1:
+        paths = ("true branch", "false branch")
+    else:
+        paths = ("`if` branch", *(f"`elif` branch at line {n.lineno}" for n in nodes[1:]), "`else` branch")
+    lines = tuple(tuple(last_assignment_line(b, v) for v in sig.outputs) for b in bodies)
+    site = ctx.add_site(kind, node.lineno, tuple(sig.outputs), paths, lines)
+    stem = ctx.fresh("if" if kind != "elif" else "case")
+    fns = []
+    for k, (body, owned) in enumerate(zip(bodies, sig.owned)):
+        fn = function(f"{stem}_{k}", sig.inputs, own_prefix(owned, node) + body, sig.outputs)
+        fn._dycl_generated = True  # type: ignore[attr-defined]
+        fns.append(locate(ast.copy_location(fn, body[0] if body else node), node))
+    inputs = tuple_of(sig.inputs)
+    inputs._dycl_inputs = True  # type: ignore[attr-defined]
+    if len(tests) == 1:
+        call = op_call("cond", tests[0], name(fns[0].name), name(fns[1].name), inputs, site=site)
+    else:
+        preds = ast.Tuple(elts=[lambda_([], t) for t in tests], ctx=ast.Load())
+        call = op_call("switch", preds, ast.Tuple(elts=[name(f.name) for f in fns], ctx=ast.Load()), inputs, site=site)
+    stmt = locate(ast.copy_location(assign(sig.outputs, call), node), node)
+    i = next(k for k, s in enumerate(block) if s is node)
+    block[i:i + 1] = [*fns, stmt]

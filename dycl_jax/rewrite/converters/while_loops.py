@@ -1,0 +1,37 @@
+"""`while` → while_loop operator with an explicit carry (the loop variables) and invariants."""
+from __future__ import annotations
+
+import ast
+
+from dycl_jax.analysis.scopes import access, block_access
+from dycl_jax.rewrite.converters.branches import check_body, liveness, own_prefix
+from dycl_jax.rewrite.templates import Context, assign, function, last_assignment_line, locate, op_call, tuple_of
+
+
+def convert_while(node: ast.While, block: list[ast.stmt], scope: ast.FunctionDef, ctx: Context) -> None:
+    if getattr(node, "_dycl_static", False):
+        return
+    check_body(node.body, f"the `while` at line {node.lineno}", ctx.src)
+    live = liveness(scope)
+    body_acc = block_access(node.body)
+    at_header = live.header(node)
+    carried = sorted(body_acc.writes & at_header & live.locals)
+    reads = (body_acc.reads | body_acc.mutates | access(node.test).reads) & live.locals
+    invariants = sorted((reads & at_header) - set(carried))
+    params = carried + invariants
+    lines = (tuple(None for _ in carried), tuple(last_assignment_line(node.body, v) for v in carried))
+    site = ctx.add_site("while", node.lineno, tuple(carried), ("value before the loop", "value after an iteration"),
+                        lines)
+    stem = ctx.fresh("while")
+    test_fn = function(f"{stem}_test", params, [locate(ast.Return(value=node.test), node)], None)
+    body_fn = function(f"{stem}_body", params, own_prefix(body_acc.mutates & set(carried), node) + node.body, carried)
+    for fn in (test_fn, body_fn):
+        fn._dycl_generated = True  # type: ignore[attr-defined]
+        locate(ast.copy_location(fn, node), node)
+    carry, inv = tuple_of(carried), tuple_of(invariants)
+    carry._dycl_inputs = inv._dycl_inputs = True  # type: ignore[attr-defined]
+    call = op_call("while_loop", ast.Name(id=test_fn.name, ctx=ast.Load()),
+                   ast.Name(id=body_fn.name, ctx=ast.Load()), carry, inv, site=site)
+    stmt = locate(ast.copy_location(assign(carried, call), node), node)
+    i = next(k for k, s in enumerate(block) if s is node)
+    block[i:i + 1] = [test_fn, body_fn, stmt, *node.orelse]

@@ -1,0 +1,78 @@
+"""Operator modes: plain Python, staging (graph ops under torch.export), tracing (eager,
+recording decisions), and dry runs (shapes only, used to plan branch outputs)."""
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Iterator
+
+import torch
+import torch.utils._pytree as pytree
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.fx.experimental.proxy_tensor import disable_proxy_modes_tracing
+
+from dycl_jax.rewrite.sites import Site
+
+
+class _State:
+    staging = 0
+    dry = 0
+    decisions: list[tuple[str, Any]] | None = None
+
+
+_S = _State()
+
+
+@contextlib.contextmanager
+def staging() -> Iterator[None]:
+    """Tensor predicates emit torch.cond / torch.while_loop (enter around torch.export)."""
+    _S.staging += 1
+    try:
+        yield
+    finally:
+        _S.staging -= 1
+
+
+@contextlib.contextmanager
+def tracing() -> Iterator[list[tuple[str, Any]]]:
+    """Record the decisions taken in eager mode: (site, bool) per if, (site, index) per switch,
+    one (site, bool) per evaluation of a dynamic loop's condition."""
+    previous = _S.decisions
+    _S.decisions = decisions = []
+    try:
+        yield decisions
+    finally:
+        _S.decisions = previous
+
+
+def current() -> str:
+    """"dry" | "staging" | "tracing" | "plain" (innermost first)."""
+    if _S.dry:
+        return "dry"
+    if _S.staging:
+        return "staging"
+    return "tracing" if _S.decisions is not None else "plain"
+
+
+def record(site: Site, value: Any) -> None:
+    if _S.decisions is not None and site.kind != "guard":
+        _S.decisions.append((site.label, value))
+
+
+@contextlib.contextmanager
+def dry_run(values: Any) -> Iterator[Any]:
+    """Run code for shapes only: on fake tensors, without recording graph nodes."""
+    if _S.dry:
+        yield values
+        return
+    _S.dry += 1
+    try:
+        if _S.staging:
+            with disable_proxy_modes_tracing():
+                yield values
+        else:
+            mode = FakeTensorMode(allow_non_fake_inputs=True)
+            fakes = pytree.tree_map_only(torch.Tensor, mode.from_tensor, values)
+            with mode, torch.no_grad():
+                yield fakes
+    finally:
+        _S.dry -= 1

@@ -1,0 +1,244 @@
+"""Runtime control-flow operators called by rewritten code.
+
+A Python predicate runs plain Python. A tensor predicate
+  - under `staging()` (around torch.export) emits torch.cond / torch.while_loop;
+  - under `tracing()` runs eagerly but mirrors staging: values that would become tensors in
+    the graph become tensors here too, and every decision is recorded as (site label, value);
+  - otherwise runs plain Python with bool(pred).
+Before a graph op is emitted, every path is run once on fake tensors ("dry run") to learn
+the shapes and dtypes its outputs will have, so mismatches become located errors and
+variables assigned on one path only can get placeholders where that is sound.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Sequence
+
+import torch
+
+from dycl_jax.errors import DyclError
+from dycl_jax.rewrite import plan as plans, staged
+from dycl_jax.rewrite import modes
+from dycl_jax.rewrite.modes import staging, tracing
+from dycl_jax.rewrite.plan import Undefined
+from dycl_jax.rewrite.sites import Site
+
+__all__ = ["Undefined", "staging", "tracing", "cond", "switch", "ifexp", "while_loop", "and_", "or_", "not_",
+           "item", "as_bool", "as_float", "as_int", "stop", "own"]
+
+
+def _pred(p: Any, site: Site) -> torch.Tensor:
+    """A 0-d bool tensor from a one-element predicate."""
+    if not isinstance(p, torch.Tensor):
+        raise DyclError(f"{site.construct}: the condition is a tensor on the first test but a Python "
+                        f"{type(p).__name__} later", location=site.location,
+                        fix="make the condition a tensor on every iteration (or a Python value on every one)")
+    if p.dim() != 0 and p.numel() != 1:
+        raise DyclError(
+            f"{site.construct}: the condition is a tensor of shape {list(p.shape)}; "
+            "Python only accepts one-element tensors as conditions",
+            location=site.location, fix="reduce it to one element, e.g. with .any() or .all()")
+    p = p.reshape(())
+    return p if p.dtype == torch.bool else p != 0
+
+
+# ---------------------------------------------------------------- branches
+
+def cond(pred: Any, true_fn: Callable, false_fn: Callable, inputs: tuple, site: Site) -> tuple:
+    """`if pred: ... else: ...` with branch functions that take `inputs`, return the outputs."""
+    if not isinstance(pred, torch.Tensor):
+        return (true_fn if pred else false_fn)(*inputs)
+    if modes.current() == "plain":
+        return (true_fn if bool(pred) else false_fn)(*inputs)
+    return _choose(site, [(0, pred), (1, True)], [true_fn, false_fn], inputs)
+
+
+def switch(pred_fns: Sequence[Callable[[], Any]], fns: Sequence[Callable], inputs: tuple, site: Site) -> tuple:
+    """An if/elif/.../else chain: predicates are evaluated in order, Python ones lazily."""
+    if modes.current() == "plain":
+        for i, pf in enumerate(pred_fns):
+            if pf():
+                return fns[i](*inputs)
+        return fns[-1](*inputs)
+    candidates: list[tuple[int, Any]] = []
+    for i, pf in enumerate(pred_fns):
+        p = pf()
+        if isinstance(p, torch.Tensor):
+            candidates.append((i, p))
+        elif p:
+            if not candidates:  # decided by Python before any tensor predicate
+                return fns[i](*inputs)
+            candidates.append((i, True))
+            break
+    else:
+        if not candidates:
+            return fns[-1](*inputs)
+        candidates.append((len(fns) - 1, True))
+    return _choose(site, candidates, fns, inputs)
+
+
+def ifexp(test: Any, true_fn: Callable, false_fn: Callable, inputs: tuple, site: Site) -> Any:
+    """`a if test else b`, the branches as functions of `inputs`."""
+    if not isinstance(test, torch.Tensor):
+        return true_fn(*inputs) if test else false_fn(*inputs)
+    if modes.current() == "plain":
+        return true_fn(*inputs) if bool(test) else false_fn(*inputs)
+    out = _choose(site, [(0, test), (1, True)], [lambda *a: (true_fn(*a),), lambda *a: (false_fn(*a),)], inputs)
+    return out[0]
+
+
+def _choose(site: Site, candidates: list[tuple[int, Any]], fns: Sequence[Callable], inputs: tuple) -> tuple:
+    mode = modes.current()
+    candidates = [(i, _pred(p, site) if isinstance(p, torch.Tensor) else p) for i, p in candidates]
+    chosen = [fns[i] for i, _ in candidates]
+    placeholders = "all" if site.kind == "guard" else "retval"
+    sub = _subsite(site, [i for i, _ in candidates])
+    if mode == "staging":
+        preds = [p for _, p in candidates[:-1]]
+        plan, tensors = staged.choice(sub, preds, [i for i, _ in candidates], chosen, inputs, placeholders)
+        return plan.rebuild(tensors)
+    with modes.dry_run(inputs) as dry_inputs:
+        outs = [tuple(fn(*dry_inputs)) for fn in chosen]
+        plan = plans.build(sub, outs, placeholders)
+    if mode == "dry":
+        return plan.normalize(outs[0])
+    taken = next(k for k, (_, p) in enumerate(candidates) if p is True or bool(p))
+    if plan.n_tensors:  # the staged program has a graph op here, and records its decision
+        modes.record(site, taken == 0 if site.kind != "elif" else candidates[taken][0])
+    return plan.normalize(tuple(chosen[taken](*inputs)))
+
+
+def _subsite(site: Site, indices: list[int]) -> Site:
+    """The site restricted to the candidate paths (for messages)."""
+    if len(indices) == len(site.paths):
+        return site
+    return dataclasses.replace(site, paths=tuple(site.paths[i] for i in indices),
+                               lines=tuple(site.lines[i] for i in indices) if site.lines else ())
+
+
+# ---------------------------------------------------------------- loops
+
+def while_loop(test_fn: Callable, body_fn: Callable, carry: tuple, invariants: tuple, site: Site) -> tuple:
+    """`while test: body` with the loop variables `carry` (returned) and read-only `invariants`."""
+    carry = tuple(carry)
+    mode = modes.current()
+    while True:  # Python iterations until the test is a tensor
+        if mode == "staging":
+            with modes.dry_run((carry, invariants)) as (c, inv):
+                probe = test_fn(*c, *inv)  # no graph nodes for a test that is only looked at
+            if isinstance(probe, torch.Tensor):
+                plan, tensors = staged.loop(site, test_fn, body_fn, carry, invariants, lambda t: _pred(t, site))
+                return plan.rebuild(tensors)
+        test = test_fn(*carry, *invariants)
+        if isinstance(test, torch.Tensor) and mode != "plain":
+            break
+        if not test:
+            return carry
+        carry = tuple(body_fn(*carry, *invariants))
+    plan = _loop_plan(site, body_fn, carry, invariants)
+    carry = plan.normalize(carry)
+    if mode == "dry":
+        return carry
+    while True:  # tracing: eager, with the staged program's types, recording each test
+        value = bool(_pred(test, site)) if isinstance(test, torch.Tensor) else bool(test)
+        modes.record(site, value)
+        if not value:
+            return carry
+        carry = plan.normalize(tuple(body_fn(*carry, *invariants)))
+        test = test_fn(*carry, *invariants)
+
+
+def _loop_plan(site: Site, body_fn: Callable, carry: tuple, invariants: tuple) -> plans.Plan:
+    """Carry plan at a fixpoint: Python numbers the body changes become tensors, variables first
+    assigned in the body get placeholders, shapes and dtypes must not change."""
+    plan: plans.Plan | None = None
+    outs: list[tuple] = []
+    for _ in range(4):
+        with modes.dry_run((carry, invariants)) as (raw, inv):
+            current = plan.normalize(raw) if plan is not None else raw
+            try:
+                outs.append(tuple(body_fn(*current, *inv)))
+            except DyclError:
+                raise
+            except Exception as exc:
+                raise DyclError(f"{site.construct}: its body fails when its variables are tensors: "
+                                f"{type(exc).__name__}: {exc}", location=site.location,
+                                fix="keep values the loop changes usable as tensors (e.g. no list indexing "
+                                "with a loop counter), or make the loop condition a Python value") from exc
+            plan = plans.build(site, [raw, *outs], "all")
+            if plan.kinds() == plans.kinds(current):
+                return plan
+    raise DyclError(f"{site.construct}: its variables keep changing type from one iteration to the next",
+                    location=site.location, fix="give every loop variable a tensor value before the loop")
+
+
+# ---------------------------------------------------------------- expressions
+
+def _traced() -> bool:
+    return modes.current() != "plain"
+
+
+def and_(a: Any, b_fn: Callable[[], Any]) -> Any:
+    """`a and b`: Python short-circuit for Python values, logical_and for tensors when staged."""
+    if isinstance(a, torch.Tensor) and _traced():
+        b = b_fn()
+        if isinstance(b, torch.Tensor):
+            return torch.logical_and(a, b)
+        return a != 0 if b else torch.zeros_like(a, dtype=torch.bool)
+    return b_fn() if a else a
+
+
+def or_(a: Any, b_fn: Callable[[], Any]) -> Any:
+    """`a or b`, like and_."""
+    if isinstance(a, torch.Tensor) and _traced():
+        b = b_fn()
+        if isinstance(b, torch.Tensor):
+            return torch.logical_or(a, b)
+        return torch.ones_like(a, dtype=torch.bool) if b else a != 0
+    return a if a else b_fn()
+
+
+def not_(a: Any) -> Any:
+    if isinstance(a, torch.Tensor) and _traced():
+        return torch.logical_not(a)
+    return not a
+
+
+def item(x: Any) -> Any:
+    """`x.item()` in a condition: keeps a one-element tensor as a 0-d tensor when staged."""
+    if isinstance(x, torch.Tensor) and _traced():
+        return x.reshape(())
+    return x.item()
+
+
+def as_bool(x: Any) -> Any:
+    if isinstance(x, torch.Tensor) and _traced():
+        x = x.reshape(())
+        return x if x.dtype == torch.bool else x != 0
+    return bool(x)
+
+
+def as_float(x: Any) -> Any:
+    if isinstance(x, torch.Tensor) and _traced():
+        x = x.reshape(())
+        return x if x.dtype.is_floating_point else x.to(torch.get_default_dtype())
+    return float(x)
+
+
+def as_int(x: Any) -> Any:
+    if isinstance(x, torch.Tensor) and _traced():
+        x = x.reshape(())
+        return x.trunc().to(torch.int64) if x.dtype.is_floating_point else x.to(torch.int64)
+    return int(x)
+
+
+def stop(*flags: Any) -> bool:
+    """True when an exit flag is a Python True: the unrolled Python loop can really stop."""
+    return any(f is True for f in flags)
+
+
+def own(x: Any) -> Any:
+    """A private copy of a tensor a branch updates in place (graph branches may not mutate inputs)."""
+    if isinstance(x, torch.Tensor) and _traced():
+        return x.clone()
+    return x

@@ -1,0 +1,231 @@
+"""Output plans: how the values of several paths (branches, loop iterations) become one
+fixed list of tensors, with Python constants kept aside; located errors where they cannot."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.utils._pytree as pytree
+
+from dycl_jax.errors import DyclError
+from dycl_jax.rewrite.sites import RETVAL, Site
+
+_NUMBER = (bool, int, float)
+
+
+class Undefined:
+    """The value of a variable not assigned yet (a generated function still passes it along)."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"<undefined {self.name}>"
+
+    def _fail(self, *args: Any, **kwargs: Any) -> Any:
+        raise UnboundLocalError(f"local variable {self.name!r} referenced before assignment")
+
+    __bool__ = __call__ = __iter__ = __len__ = __getitem__ = _fail
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = __truediv__ = __matmul__ = _fail
+    __lt__ = __le__ = __gt__ = __ge__ = __neg__ = __index__ = __float__ = __int__ = _fail
+
+
+def _leaf(v: Any) -> bool:
+    return v is None or isinstance(v, Undefined)
+
+
+def flatten(value: Any) -> tuple[list[Any], pytree.TreeSpec]:
+    return pytree.tree_flatten(value, is_leaf=_leaf)
+
+
+def _same_python(a: Any, b: Any) -> bool:
+    if a is b:
+        return True
+    if type(a) is not type(b) or not isinstance(a, (*_NUMBER, str, bytes, type(None))):
+        return False
+    return a == b
+
+
+def _desc(v: Any) -> str:
+    if isinstance(v, torch.Tensor):
+        dims = ", ".join(str(d) for d in v.shape)
+        return f"a {str(v.dtype).replace('torch.', '')}[{dims}] tensor"
+    if v is None:
+        return "None"
+    if isinstance(v, _NUMBER):
+        return f"the Python {type(v).__name__} {v!r}"
+    return f"a {type(v).__name__}"
+
+
+def _same_shape(a: tuple, b: tuple) -> bool:
+    if len(a) != len(b):
+        return False
+    from torch.fx.experimental.symbolic_shapes import statically_known_true
+
+    return all(x == y if isinstance(x, int) and isinstance(y, int) else statically_known_true(x == y) for x, y in zip(a, b))
+
+
+@dataclass
+class Leaf:
+    """One leaf of an output: a constant shared by all paths, or a tensor with fixed metadata."""
+
+    const: bool
+    value: Any = None
+    dtype: torch.dtype | None = None
+    shape: tuple = ()
+    device: torch.device | None = None
+
+
+@dataclass
+class VarPlan:
+    spec: pytree.TreeSpec | None  # None: undefined on every path
+    leaves: list[Leaf] = field(default_factory=list)
+    undefined: Any = None
+
+
+class Plan:
+    """Per output variable: structure and leaves; tensors travel through the graph op."""
+
+    def __init__(self, vars_: list[VarPlan]) -> None:
+        self.vars = vars_
+        self.n_tensors = sum(1 for v in vars_ for leaf in v.leaves if not leaf.const)
+
+    def flatten(self, values: tuple[Any, ...], clone: bool = True) -> list[torch.Tensor]:
+        """One path's outputs as the plan's tensors (converted, placeholders, fresh copies)."""
+        out: list[torch.Tensor] = []
+        for var, value in zip(self.vars, values):
+            if var.spec is None:
+                continue
+            leaves = [None] * len(var.leaves) if isinstance(value, Undefined) else flatten(value)[0]
+            for leaf, v in zip(var.leaves, leaves):
+                if leaf.const:
+                    continue
+                if isinstance(v, torch.Tensor):
+                    # a graph op may not return its input or a view of it
+                    out.append(v.clone() if clone else v)
+                elif isinstance(v, _NUMBER):
+                    out.append(torch.full(leaf.shape, v, dtype=leaf.dtype, device=leaf.device))
+                else:  # placeholder for a path that never assigned the variable
+                    out.append(torch.zeros(leaf.shape, dtype=leaf.dtype, device=leaf.device))
+        return out
+
+    def rebuild(self, tensors: list[torch.Tensor] | tuple[torch.Tensor, ...]) -> tuple[Any, ...]:
+        it = iter(tensors)
+        values = []
+        for var in self.vars:
+            if var.spec is None:
+                values.append(var.undefined)
+                continue
+            leaves = [leaf.value if leaf.const else next(it) for leaf in var.leaves]
+            values.append(pytree.tree_unflatten(leaves, var.spec))
+        return tuple(values)
+
+    def kinds(self) -> list[tuple]:
+        """Per leaf: tensor dtype and rank, or a Python value (compare with `kinds(values)`)."""
+        out: list[tuple] = []
+        for var in self.vars:
+            if var.spec is None:
+                out.append(("undef",))
+            else:
+                out.extend(("py",) if leaf.const else ("t", leaf.dtype, len(leaf.shape)) for leaf in var.leaves)
+        return out
+
+    def normalize(self, values: tuple[Any, ...]) -> tuple[Any, ...]:
+        """What the graph op would return if this path ran (eager mirror of staging)."""
+        return self.rebuild(self.flatten(values, clone=False))
+
+
+def kinds(values: tuple[Any, ...]) -> list[tuple]:
+    out: list[tuple] = []
+    for v in values:
+        if isinstance(v, Undefined):
+            out.append(("undef",))
+        else:
+            out.extend(("t", x.dtype, x.dim()) if isinstance(x, torch.Tensor) else ("py",) for x in flatten(v)[0])
+    return out
+
+
+def _error(site: Site, msg: str, fix: str) -> DyclError:
+    return DyclError(f"{site.construct}: {msg}", location=site.location, fix=fix)
+
+
+def _unify_leaf(site: Site, j: int, paths: list[int], vals: list[Any]) -> Leaf:
+    tensors = [(p, v) for p, v in zip(paths, vals) if isinstance(v, torch.Tensor)]
+    what = site.what(j)
+    if not tensors:
+        if all(_same_python(vals[0], v) for v in vals[1:]):
+            return Leaf(True, vals[0])
+        if all(isinstance(v, _NUMBER) for v in vals):
+            if all(isinstance(v, bool) for v in vals):
+                dtype = torch.bool
+            elif any(isinstance(v, float) for v in vals):
+                dtype = torch.get_default_dtype()
+            else:
+                dtype = torch.int64
+            return Leaf(False, dtype=dtype, shape=(), device=torch.device("cpu"))
+        (pa, a), (pb, b) = next(((paths[0], vals[0]), (p, v)) for p, v in zip(paths, vals) if not _same_python(vals[0], v))
+        raise _error(site, f"{what} is {_desc(a)} on the {site.where(pa, j)} but {_desc(b)} on the {site.where(pb, j)}; "
+                     "different Python objects cannot be chosen by a tensor condition",
+                     f"give {what.split(' ', 1)[-1]} the same value on every path, or compute it as a tensor")
+    p0, t0 = tensors[0]
+    for p, v in zip(paths, vals):
+        if isinstance(v, torch.Tensor):
+            if v.dtype != t0.dtype or not _same_shape(tuple(v.shape), tuple(t0.shape)):
+                raise _error(site, f"{what} is {_desc(t0)} on the {site.where(p0, j)} but {_desc(v)} on the {site.where(p, j)}",
+                             "make every path produce the same shape and dtype (pad, slice or cast), "
+                             "or convert with the dispatch host")
+            continue
+        ok = isinstance(v, _NUMBER) and (
+            t0.dtype == torch.bool if isinstance(v, bool) else
+            t0.dtype.is_floating_point if isinstance(v, float) else
+            t0.dtype != torch.bool and not t0.dtype.is_complex)
+        if not ok:
+            if v is None and site.names[j] == RETVAL:
+                fix = "return tensors on every path (e.g. torch.zeros(...) instead of None or falling off the end)"
+            elif v is None:
+                fix = f"initialise {what.split(' ', 1)[-1]} with a tensor (e.g. torch.zeros(...)) instead of None"
+            else:
+                fix = "make the value on every path a tensor of the same dtype"
+            raise _error(site, f"{what} is {_desc(v)} on the {site.where(p, j)} but {_desc(t0)} on the {site.where(p0, j)}", fix)
+    return Leaf(False, dtype=t0.dtype, shape=tuple(t0.shape), device=t0.device)
+
+
+def build(site: Site, outputs: list[tuple[Any, ...]], placeholders: str = "retval") -> Plan:
+    """Unify the outputs of every path. placeholders: "retval" | "all" — which variables may be
+    undefined on some paths (they get zeros of the defining path's structure there)."""
+    vars_ = []
+    for j in range(len(site.names)):
+        vals = [out[j] for out in outputs]
+        defined = [p for p, v in enumerate(vals) if not isinstance(v, Undefined)]
+        if not defined:
+            vars_.append(VarPlan(None, undefined=vals[0]))
+            continue
+        if len(defined) < len(vals) and not (placeholders == "all" or site.names[j] == RETVAL):
+            missing = next(p for p in range(len(vals)) if p not in defined)
+            name = site.names[j]
+            raise _error(site, f"{site.what(j)} is assigned on the {site.where(defined[0], j)} but not on the "
+                         f"{site.path(missing)}, and it is used afterwards",
+                         f"assign {name!r} before the {site.kind if site.kind != 'elif' else 'if'} "
+                         f"(e.g. {name} = torch.zeros(...)) or on every path")
+        flats = {p: flatten(vals[p]) for p in defined}
+        spec = flats[defined[0]][1]
+        for p in defined[1:]:
+            if flats[p][1] != spec:
+                raise _error(site, f"{site.what(j)} is {_desc_tree(vals[defined[0]])} on the {site.where(defined[0], j)} "
+                             f"but {_desc_tree(vals[p])} on the {site.where(p, j)}",
+                             "return the same structure (same tuple/list/dict layout, tensors in the same places) "
+                             "on every path")
+        leaves = [_unify_leaf(site, j, defined, [flats[p][0][i] for p in defined])
+                  for i in range(len(flats[defined[0]][0]))]
+        vars_.append(VarPlan(spec, leaves))
+    return Plan(vars_)
+
+
+def _desc_tree(v: Any) -> str:
+    leaves, spec = flatten(v)
+    if spec.is_leaf():
+        return _desc(v)
+    return f"{type(v).__name__} of {len(leaves)} leaves"

@@ -1,0 +1,60 @@
+"""Decision sites: the static facts about one rewritten construct that operators need at run time."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from dycl_jax.errors import Location
+
+RETVAL = "_dycl_retval"  # the single-exit return value variable
+RETFLAG = "_dycl_ret"
+KINDS = ("if", "elif", "while", "ifexp", "guard")
+
+
+@dataclass(frozen=True)
+class Site:
+    """One cond/switch/while/ifexp call in generated code."""
+
+    kind: str  # one of KINDS; "guard" marks the flag tests of early return / break / continue
+    file: str
+    line: int
+    code: str
+    names: tuple[str, ...]  # output variables (branches) or carried variables (while)
+    paths: tuple[str, ...]  # how each path is called in messages ("true branch", ...)
+    lines: tuple[tuple[int | None, ...], ...]  # per path, per name: line of its last assignment
+    exit_guard: bool = False  # a guard whose false path means "already returned"
+
+    @property
+    def label(self) -> str:
+        return f"{self.kind}@{os.path.basename(self.file)}:{self.line}"
+
+    @property
+    def location(self) -> Location:
+        return Location(self.file, self.line, self.code)
+
+    @property
+    def construct(self) -> str:
+        word = {"if": "`if`", "elif": "`if`/`elif` chain", "while": "`while` loop", "ifexp": "conditional expression",
+                "guard": "early exit (return/break/continue)"}[self.kind]
+        return f"the {word} at {os.path.basename(self.file)}:{self.line}"
+
+    def what(self, j: int) -> str:
+        name = self.names[j]
+        if name == RETVAL:
+            return "the return value"
+        if name == "_dycl_value":
+            return "its value"
+        if name.startswith("_dycl_"):
+            return f"the internal variable {name!r}"
+        return f"variable {name!r}"
+
+    def path(self, path: int) -> str:
+        return self.paths[min(path, len(self.paths) - 1)]
+
+    def where(self, path: int, j: int) -> str:
+        """'<path name> (file:line)' of the last assignment of output j on that path."""
+        path = min(path, len(self.paths) - 1)
+        line = self.lines[path][j] if path < len(self.lines) and j < len(self.lines[path]) else None
+        if line is None:
+            return f"{self.paths[path]} (unchanged there)"
+        return f"{self.paths[path]} ({os.path.basename(self.file)}:{line})"

@@ -1,0 +1,200 @@
+"""Emitting torch.cond / torch.while_loop under torch.export for the runtime operators.
+
+Each branch (loop body) is traced once into a graph by `materialize_as_graph`, with its
+inputs and the model state as explicit operands; the graph's outputs tell the output plan
+(shapes, dtypes, Python values). torch re-traces branch functions several times while
+exporting (functionalization, schema), so the branch passed to the HOP only replays that
+graph: the user's Python runs once per branch however deep the nesting.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+import torch
+import torch.fx.traceback as fx_traceback
+import torch.utils._pytree as pytree
+from torch._higher_order_ops.cond import cond_op
+from torch._higher_order_ops.utils import materialize_as_graph
+from torch._higher_order_ops.while_loop import while_loop_op
+from torch.fx.experimental.proxy_tensor import disable_proxy_modes_tracing
+
+from dycl_jax.errors import DyclError
+from dycl_jax.rewrite import lifting, plan as plans
+from dycl_jax.rewrite.sites import Site
+
+
+@dataclasses.dataclass
+class Traced:
+    """One branch traced to a graph; `values` are its outputs as traced (metadata only)."""
+
+    gm: torch.fx.GraphModule
+    flat: list[Any]  # output leaves: traced tensors, or the Python values the branch returned
+    spec: pytree.TreeSpec
+
+    @property
+    def values(self) -> Any:
+        return pytree.tree_unflatten(self.flat, self.spec)
+
+    def replay(self, ops: tuple[torch.Tensor, ...]) -> Any:
+        """Run the graph on new operands; node metadata (user stack traces) is kept."""
+        with fx_traceback.preserve_node_meta():
+            tensors = torch.fx.Interpreter(self.gm).run(*ops)
+        it = iter(tensors)
+        return pytree.tree_unflatten([next(it) if isinstance(v, torch.Tensor) else v for v in self.flat], self.spec)
+
+
+class Operands:
+    """Values split into tensor operands (inputs, then model state) and Python leaves.
+
+    Each tensor object is one operand, however often it appears (a parameter passed as an
+    argument is also model state): export names subgraph inputs after them, once each.
+    """
+
+    def __init__(self, *groups: tuple) -> None:
+        self.groups = []
+        self.tensors: list[torch.Tensor] = []
+        self._where: dict[int, int] = {}
+        for values in groups:
+            leaves, spec = plans.flatten(values)
+            pos = [(i, self._operand(v)) for i, v in enumerate(leaves) if isinstance(v, torch.Tensor)]
+            self.groups.append((leaves, spec, pos))
+        self.n_user = len(self.tensors)
+        self.slots, index, state = lifting.current()
+        self.index = [self._operand(state[i]) for i in index]
+
+    def _operand(self, t: torch.Tensor) -> int:
+        if id(t) not in self._where:
+            self._where[id(t)] = len(self.tensors)
+            self.tensors.append(t)
+        return self._where[id(t)]
+
+    def call(self, fn: Callable, ops: tuple[torch.Tensor, ...]) -> Any:
+        """fn(*group0, *group1, ...) on values rebuilt from operands, with the state swapped in."""
+        args: list[Any] = []
+        for leaves, spec, pos in self.groups:
+            rebuilt = list(leaves)
+            for i, k in pos:
+                rebuilt[i] = ops[k]
+            args.extend(pytree.tree_unflatten(rebuilt, spec))
+        with lifting.swapped(self.slots, self.index, ops):
+            return fn(*args)
+
+
+def trace(fn: Callable, operands: Operands) -> Traced:
+    """Trace `fn` (called through `operands`) into a graph of the operand tensors."""
+    side: dict[str, Any] = {}
+
+    def raw(*ops: torch.Tensor) -> list[torch.Tensor]:
+        flat, spec = plans.flatten(tuple(operands.call(fn, ops)))
+        side["flat"], side["spec"] = flat, spec
+        return [v for v in flat if isinstance(v, torch.Tensor)]
+
+    gm = materialize_as_graph(raw, tuple(operands.tensors))
+    return Traced(gm, side["flat"], side["spec"])
+
+
+def choice(site: Site, preds: list[torch.Tensor], indices: list[int], fns: list[Callable], inputs: tuple,
+           placeholders: str) -> tuple[plans.Plan, list[torch.Tensor]]:
+    """torch.cond (two paths) or a chain of torch.cond on a branch index (elif chains)."""
+    ops = Operands(inputs)
+    traced = [trace(fn, ops) for fn in fns]
+    plan = plans.build(site, [t.values for t in traced], placeholders)
+    if plan.n_tensors == 0:
+        return plan, []
+
+    keep = _used([t.gm for t in traced], 0)  # operands some branch reads (most model state is not)
+    kept = [ops.tensors[i] for i in keep]
+
+    def branch(t: Traced, skip: int) -> Callable:
+        return lambda *o: plan.flatten(tuple(t.replay(_expand(ops.tensors, keep, o[skip:]))))
+
+    if len(fns) == 2 and site.kind != "elif":
+        return plan, list(cond_op(preds[0], branch(traced[0], 0), branch(traced[1], 0), tuple(kept)))
+    # idx = the first path whose predicate holds; then cond(idx == i, path i, rest of the chain)
+    idx = torch.full((), indices[-1], dtype=torch.int64)
+    for p, i in zip(reversed(preds), reversed(indices[:-1])):  # preds: all but the default path
+        idx = torch.where(p, torch.full((), i, dtype=torch.int64), idx)
+    branches = [branch(t, 1) for t in traced]
+
+    def chain(k: int) -> Callable:
+        if k == len(fns) - 1:
+            return branches[k]
+        return lambda *o: list(cond_op(o[0] == indices[k], branches[k], chain(k + 1), o))
+
+    return plan, list(chain(0)(idx, *kept))
+
+
+def loop(site: Site, test_fn: Callable, body_fn: Callable, carry: tuple, invariants: tuple,
+         as_pred: Callable[[Any], torch.Tensor]) -> tuple[plans.Plan, list[torch.Tensor]]:
+    """torch.while_loop; the carry plan is found by tracing the body until it settles."""
+    plan: plans.Plan | None = None
+    outs: list[Any] = []
+    current = carry
+    for _ in range(4):
+        with disable_proxy_modes_tracing():  # distinct example tensors: the carry owns its operands
+            example = pytree.tree_map_only(torch.Tensor, torch.clone, current)
+        ops = Operands(example, invariants)
+        try:
+            body = trace(body_fn, ops)
+        except DyclError:
+            raise
+        except Exception as exc:
+            raise DyclError(f"{site.construct}: its body fails when its variables are tensors: "
+                            f"{type(exc).__name__}: {exc}", location=site.location,
+                            fix="keep values the loop changes usable as tensors (e.g. no list indexing with "
+                            "a loop counter), or make the loop condition a Python value") from exc
+        outs.append(body.values)
+        plan = plans.build(site, [carry, *outs], "all")
+        settled = plan.kinds() == plans.kinds(current)
+        if settled:
+            break
+        with disable_proxy_modes_tracing():  # example inputs for the next trace only
+            current = plan.normalize(carry)
+    else:
+        raise DyclError(f"{site.construct}: its variables keep changing type from one iteration to the next",
+                        location=site.location, fix="give every loop variable a tensor value before the loop")
+    init = plan.flatten(carry, clone=False)
+    if not init:
+        raise DyclError(f"{site.construct}: the condition is a tensor but the loop changes no tensor",
+                        location=site.location, fix="make the loop condition a Python value")
+    n = len(init)
+    final = Operands(plan.rebuild(init), invariants)
+    if len(final.tensors) != n + len(Operands((), invariants).tensors):
+        # a carried tensor that is also an invariant or model state: give the loop its own copy
+        init = [t.clone() for t in init]
+        final = Operands(plan.rebuild(init), invariants)
+
+    test_gm = trace(lambda *a: (as_pred(test_fn(*a)),), ops)
+    keep = _used([test_gm.gm, body.gm], n)  # invariants and state the loop reads
+
+    def full(o: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
+        return (*o[:n], *_expand(final.tensors[n:], keep, o[n:]))
+
+    def test(*o: torch.Tensor) -> torch.Tensor:
+        return test_gm.replay(full(o))[0].clone()
+
+    def step(*o: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return tuple(plan.flatten(tuple(body.replay(full(o)))))
+
+    extra = [final.tensors[n + j] for j in keep]
+    return plan, list(while_loop_op(test, step, tuple(init), tuple(extra)))
+
+
+def _used(gms: list[torch.fx.GraphModule], start: int) -> list[int]:
+    """Indices (from `start`, counted from there) of operands some graph actually reads."""
+    used: set[int] = set()
+    for gm in gms:
+        placeholders = [node for node in gm.graph.nodes if node.op == "placeholder"]
+        used |= {i - start for i, node in enumerate(placeholders) if i >= start and node.users}
+    return sorted(used)
+
+
+def _expand(defaults: list[torch.Tensor], keep: list[int], ops: tuple[torch.Tensor, ...]) -> tuple:
+    """Every operand a traced graph takes: the kept ones from `ops`; the others are never read,
+    so any value does (the outer tensors, which leave no trace in the branch graph)."""
+    full = list(defaults)
+    for k, i in enumerate(keep):
+        full[i] = ops[k]
+    return tuple(full)
+

@@ -1,0 +1,153 @@
+"""Small AST builders for generated code, and the per-function conversion context."""
+from __future__ import annotations
+
+import ast
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from dycl_jax.analysis.scopes import Access, block_access
+from dycl_jax.rewrite.sites import Site
+from dycl_jax.source.reader import FunctionSource
+
+OPS = "_dycl_ops"  # the operators module, a closure variable of every rewritten function
+SITES = "_dycl_sites"  # the Site table of the rewritten function
+HELPER_PREFIX = "_dycl_fn_"  # rewritten helper functions called by name
+
+
+@dataclass
+class Context:
+    """What converters share while rewriting one function."""
+
+    src: FunctionSource
+    sites: list[Site] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    helpers: dict[str, Any] = field(default_factory=dict)  # call name -> rewritten function
+    counter: int = 0
+
+    def fresh(self, stem: str) -> str:
+        self.counter += 1
+        return f"_dycl_{stem}_{self.counter}"
+
+    def code(self, line: int) -> str:
+        return self.src.location(line).code.strip()
+
+    def add_site(self, kind: str, line: int, names: tuple[str, ...], paths: tuple[str, ...],
+                 lines: tuple[tuple[int | None, ...], ...], exit_guard: bool = False) -> int:
+        self.sites.append(Site(kind, self.src.file, line, self.code(line), names, paths, lines, exit_guard))
+        return len(self.sites) - 1
+
+    def warn(self, line: int, message: str) -> None:
+        self.warnings.append(f"{os.path.basename(self.src.file)}:{line}: {message}")
+
+
+def name(id_: str, store: bool = False) -> ast.Name:
+    return ast.Name(id=id_, ctx=ast.Store() if store else ast.Load())
+
+
+def const(value: Any) -> ast.Constant:
+    return ast.Constant(value=value)
+
+
+def tuple_of(names: list[str] | tuple[str, ...], store: bool = False) -> ast.Tuple:
+    return ast.Tuple(elts=[name(n, store) for n in names], ctx=ast.Store() if store else ast.Load())
+
+
+def op_call(op: str, *args: ast.expr, site: int | None = None) -> ast.Call:
+    """`_dycl_ops.<op>(*args[, _dycl_sites[site]])`; the call remembers its site for codegen."""
+    call_args = list(args)
+    if site is not None:
+        call_args.append(ast.Subscript(value=name(SITES), slice=const(site), ctx=ast.Load()))
+    call = ast.Call(func=ast.Attribute(value=name(OPS), attr=op, ctx=ast.Load()), args=call_args, keywords=[])
+    call._dycl_site = site  # type: ignore[attr-defined]
+    return call
+
+
+def assign(targets: list[str] | tuple[str, ...], value: ast.expr) -> ast.stmt:
+    """`(a, b) = value`, `(a,) = value`, or `value` as a statement when there is no target."""
+    if not targets:
+        return ast.Expr(value=value)
+    return ast.Assign(targets=[tuple_of(targets, store=True)], value=value)
+
+
+def set_name(target: str, value: ast.expr) -> ast.Assign:
+    return ast.Assign(targets=[name(target, store=True)], value=value)
+
+
+def function(fn_name: str, params: list[str], body: list[ast.stmt], returns: list[str] | None) -> ast.FunctionDef:
+    """`def fn_name(*params): body; return (returns...)`."""
+    body = list(body)
+    if returns is not None:
+        body.append(ast.Return(value=tuple_of(returns)))
+    if not body:
+        body = [ast.Pass()]
+    return ast.FunctionDef(
+        name=fn_name,
+        args=ast.arguments(posonlyargs=[], args=[ast.arg(arg=p) for p in params], kwonlyargs=[], kw_defaults=[],
+                           defaults=[]),
+        body=body, decorator_list=[], returns=None)
+
+
+def lambda_(params: list[str], body: ast.expr) -> ast.Lambda:
+    return ast.Lambda(args=ast.arguments(posonlyargs=[], args=[ast.arg(arg=p) for p in params], kwonlyargs=[],
+                                         kw_defaults=[], defaults=[]), body=body)
+
+
+def locate(nodes: ast.AST | list, src: ast.AST) -> Any:
+    """Give generated nodes the user line of `src` where they have none."""
+    for root in nodes if isinstance(nodes, list) else [nodes]:
+        for node in ast.walk(root):
+            if "lineno" in node._attributes and not hasattr(node, "lineno"):
+                ast.copy_location(node, src)
+    return nodes
+
+
+def last_assignment_line(body: list[ast.stmt], var: str) -> int | None:
+    """Line of the last statement in `body` that assigns or updates `var` (nested blocks included)."""
+    line = None
+    for s in body:
+        acc: Access = block_access([s])
+        if var in acc.writes:
+            inner = None
+            for field_name in ("body", "orelse", "finalbody"):
+                part = getattr(s, field_name, None)
+                if isinstance(part, list) and part:
+                    found = last_assignment_line(part, var)
+                    inner = found if found is not None else inner
+            line = inner if inner is not None else s.lineno
+    return line
+
+
+def stmt_blocks(node: ast.AST) -> list[list[ast.stmt]]:
+    """The statement lists directly inside a statement (bodies, else, handlers, cases)."""
+    blocks = []
+    for field_name in ("body", "orelse", "finalbody"):
+        part = getattr(node, field_name, None)
+        if isinstance(part, list) and part and isinstance(part[0], ast.stmt):
+            blocks.append(part)
+    for h in getattr(node, "handlers", []) or []:
+        blocks.append(h.body)
+    for c in getattr(node, "cases", []) or []:
+        blocks.append(c.body)
+    return blocks
+
+
+def is_scope(node: ast.AST) -> bool:
+    return isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda))
+
+
+def user_scopes(fn: ast.FunctionDef) -> list[ast.FunctionDef]:
+    """The function and every `def` nested in it (each is converted as its own scope)."""
+    return [fn] + [n for n in ast.walk(fn) if isinstance(n, ast.FunctionDef) and n is not fn
+                   and not getattr(n, "_dycl_generated", False)]
+
+
+def own_statements(scope: ast.AST):
+    """(statement, containing list) pairs of a scope, outer before inner, not entering nested defs."""
+    def walk(block: list[ast.stmt]):
+        for s in list(block):
+            yield s, block
+            if not is_scope(s):
+                for inner in stmt_blocks(s):
+                    yield from walk(inner)
+    yield from walk(scope.body)

@@ -1,0 +1,76 @@
+"""Small dynamic-network example models, written the way research code writes them.
+
+Every model module here defines:
+
+- the model class(es), written without any regard for a converter (``.item()``, Python
+  ints for exit ids, ``if tensor:`` conditions, ``break``/``continue``/early ``return``,
+  side effects on ``self``, numpy on the side);
+- ``example() -> (model, args)``: a seeded, eval-mode model and one batch-1 argument tuple;
+- ``inputs(n, seed=0) -> list[tuple]``: ``n`` argument tuples chosen so that every path in
+  ``PATHS`` is taken at least once over ``inputs(50)``;
+- ``PATHS``: the path labels that must all be covered;
+- ``path_of(model, args) -> tuple``: the labels one call takes, read from the outputs or from
+  forward hooks that count submodule calls (never from the converter).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+from collections import Counter
+from types import ModuleType
+from typing import Iterator
+
+import torch
+from torch import nn
+
+MODELS = (
+    "shallow_deep",
+    "skipnet_ff",
+    "skipnet_rnn",
+    "blockdrop",
+    "deebert",
+    "pabee",
+    "act",
+    "anytime_msdnet",
+    "energy_selector",
+    "nested_while_if",
+)
+
+
+def load(name: str) -> ModuleType:
+    """The example module ``examples.dynn.<name>``."""
+    if name not in MODELS:
+        raise KeyError(f"unknown example {name!r}; known: {', '.join(MODELS)}")
+    return importlib.import_module(f"{__name__}.{name}")
+
+
+@contextlib.contextmanager
+def count_calls(model: nn.Module, names: list[str]) -> Iterator[Counter]:
+    """Count forward calls of the named submodules while the block runs.
+
+    Hooks rather than re-running the model's logic: the counts then describe what the
+    original forward actually executed.
+    """
+    counts: Counter = Counter({name: 0 for name in names})
+    modules = dict(model.named_modules())
+    handles = []
+    for name in names:
+        def hook(module, args, output, name=name):
+            counts[name] += 1
+        handles.append(modules[name].register_forward_hook(hook))
+    try:
+        yield counts
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def seeded(seed: int) -> contextlib.AbstractContextManager:
+    """A local torch RNG seeded with ``seed``, so building an example leaves global state alone."""
+    @contextlib.contextmanager
+    def scope():
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            yield
+    return scope()
