@@ -58,5 +58,5 @@ def to_jax(
     jax.eval_shape(jm._fn, jm._state_values(), jm.signature.bind(args))
     t3 = time.perf_counter()
     timings = {"capture_s": t1 - t0, "lower_s": t2 - t1, "check_s": t3 - t2}
-    jm._report = build_report(type(model).__name__, method, jm.host, cap, graph, timings)
+    jm._report = build_report(type(model).__name__, method, jm.host, cap, graph, timings, rewrite_record)
     return jm

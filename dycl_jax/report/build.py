@@ -3,11 +3,15 @@ from __future__ import annotations
 
 from collections import Counter
 
+import torch
 import torch.fx
+import torch.utils._pytree as pytree
 
 from dycl_jax.capture.export import CapturedProgram
 from dycl_jax.lower.interpreter import LoweredGraph, node_location
-from dycl_jax.report.record import ConversionReport, HostNode, SubNetwork
+from dycl_jax.report.record import ConversionReport, HostNode, RewrittenFunction, SubNetwork
+from dycl_jax.rewrite.api import RewriteRecord
+from dycl_jax.source.origins import is_decision
 
 _CONTROL = {"cond", "while_loop"}
 
@@ -51,8 +55,48 @@ def _all_graphs(graph: LoweredGraph) -> list[LoweredGraph]:
     return out
 
 
+def _describe_outputs(cap: CapturedProgram) -> str:
+    """The output structure with each leaf as dtype[shape], e.g. (float32[1, 10], int64[])."""
+    out = next(n for n in cap.ep.graph.nodes if n.op == "output").args[0]
+    leaves = []
+    for node in out:
+        val = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+        if isinstance(val, torch.Tensor):
+            dims = ", ".join(str(d) if isinstance(d, int) else "B" for d in val.shape)
+            leaves.append(_Leaf(f"{str(val.dtype).replace('torch.', '')}[{dims}]"))
+        else:
+            leaves.append(_Leaf(repr(node)))
+    return repr(pytree.tree_unflatten(leaves, cap.out_spec))
+
+
+class _Leaf(str):
+    def __repr__(self) -> str:  # print without quotes inside containers
+        return str(self)
+
+
+def _rewritten(record: RewriteRecord | None) -> list[RewrittenFunction]:
+    if record is None:
+        return []
+    return [
+        RewrittenFunction(
+            name=f.name,
+            location=f"{f.file.rsplit('/', 1)[-1]}:{f.line}",
+            dynamic_sites=[s.label for s in f.sites if not s.static and is_decision(s.label)],
+            static_sites=[s.label for s in f.sites if s.static],
+            patched=list(f.patched),
+        )
+        for f in record.functions
+    ]
+
+
 def build_report(
-    model_name: str, method: str, host: str, cap: CapturedProgram, graph: LoweredGraph, timings: dict[str, float]
+    model_name: str,
+    method: str,
+    host: str,
+    cap: CapturedProgram,
+    graph: LoweredGraph,
+    timings: dict[str, float],
+    rewrite: RewriteRecord | None = None,
 ) -> ConversionReport:
     graphs = _all_graphs(graph)
     params = [e for e in cap.state if e.kind == "param"]
@@ -64,7 +108,7 @@ def build_report(
         method=method,
         host=host,
         inputs=[f"{s.name}: {s.describe()}" for s in cap.inputs],
-        outputs=str(cap.out_spec),
+        outputs=_describe_outputs(cap),
         num_params=sum(e.tensor.numel() for e in params),
         num_param_arrays=len(params),
         num_buffers=len(cap.state) - len(params),
@@ -72,4 +116,6 @@ def build_report(
         host_tree=_host_tree(graph),
         op_counts=ops,
         timings=timings,
+        warnings=[w for f in (rewrite.functions if rewrite else []) for w in f.warnings],
+        rewritten=_rewritten(rewrite),
     )

@@ -27,6 +27,17 @@ class HostNode:
 
 
 @dataclass
+class RewrittenFunction:
+    """A user function the rewrite stage replaced, and the control-flow sites it holds."""
+
+    name: str
+    location: str  # file:line of its definition
+    dynamic_sites: list[str]  # e.g. "if@model.py:42": became graph control flow when tensors
+    static_sites: list[str]  # provably Python: left as plain statements, specialised
+    patched: list[str] = field(default_factory=list)  # "forward on blocks.0", ...
+
+
+@dataclass
 class ConversionReport:
     """Everything a user may want to know about one conversion."""
 
@@ -43,6 +54,7 @@ class ConversionReport:
     op_counts: Counter[str]
     timings: dict[str, float]
     warnings: list[str] = field(default_factory=list)
+    rewritten: list[RewrittenFunction] = field(default_factory=list)
     # filled by whoever runs torch and JAX side by side (`dycl-jax convert`): cases,
     # float_outputs, max_abs_diff, int_outputs, int_match_rate
     parity: dict[str, float] = field(default_factory=dict)
@@ -65,4 +77,5 @@ def report_from_dict(data: dict) -> ConversionReport:
     fields["subnetworks"] = [SubNetwork(**s) for s in data["subnetworks"]]
     fields["host_tree"] = _host_node(data["host_tree"])
     fields["op_counts"] = Counter(data["op_counts"])
+    fields["rewritten"] = [RewrittenFunction(**r) for r in data.get("rewritten", [])]
     return ConversionReport(**fields)

@@ -131,11 +131,22 @@ def _parity(parity: dict[str, float]) -> Table:
     return table
 
 
+def _rewritten_table(report: ConversionReport) -> Table:
+    table = Table(title="rewritten functions", title_justify="left")
+    for col in ("function", "defined at", "dynamic sites", "static sites", "patched on"):
+        table.add_column(col)
+    for f in report.rewritten:
+        table.add_row(_t(f.name), _t(f.location), _t(_short_list(f.dynamic_sites, 4)),
+                      _t(_short_list(f.static_sites, 4)), _t(_short_list(f.patched, 2)))
+    return table
+
+
 def report_renderable(report: ConversionReport, *, top_ops: int = 12) -> RenderableType:
     """The report as one rich renderable (the CLI prints it to a colour console)."""
     parts: list[RenderableType] = [
         _header(report),
         _subnetwork_table(report.subnetworks),
+        *([_rewritten_table(report)] if report.rewritten else []),
         _host_tree(report),
         _histogram(report, top_ops),
         _timings(report),
