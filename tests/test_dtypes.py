@@ -1,0 +1,81 @@
+"""dtype support: float16/bfloat16 models, and the int64 policy (x64 off, nothing wraps silently)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import dycl_jax
+
+
+class Small(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 4, 3, padding=1)
+        self.norm = torch.nn.LayerNorm(4 * 6 * 6)
+        self.fc = torch.nn.Linear(4 * 6 * 6, 5)
+
+    def forward(self, x):
+        h = torch.relu(self.conv(x)).flatten(1)
+        return torch.softmax(self.fc(self.norm(h)), dim=-1)
+
+
+@pytest.mark.parametrize("dtype,tol", [(torch.float16, 2e-3), (torch.bfloat16, 1.6e-2)])
+def test_half_precision_models(dtype, tol):
+    torch.manual_seed(0)
+    model = Small().eval().to(dtype)
+    x = torch.randn(2, 3, 6, 6).to(dtype)
+    jm = dycl_jax.to_jax(model, (x,))
+    got = jm(x)
+    assert str(got.dtype) == str(dtype).replace("torch.", "")
+    want = model(x).float().detach().numpy()
+    np.testing.assert_allclose(np.asarray(got, dtype=np.float32), want, atol=tol, rtol=tol)
+
+
+class Gather(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = torch.nn.Embedding(100, 4)
+
+    def forward(self, ids):
+        return self.emb(ids), ids.max() + 1
+
+
+def test_int64_inputs_narrow_to_int32_and_compare_exactly():
+    m = Gather().eval()
+    ids = torch.randint(0, 100, (2, 7))
+    jm = dycl_jax.to_jax(m, (ids,))
+    emb, top = jm(ids.numpy())  # numpy int64 accepted
+    assert top.dtype == np.int32 and int(top) == int(m(ids)[1])
+    np.testing.assert_allclose(np.asarray(emb), m(ids)[0].detach().numpy(), rtol=1e-6)
+
+
+def test_int64_input_out_of_int32_range_raises():
+    jm = dycl_jax.to_jax(Gather().eval(), (torch.randint(0, 100, (2, 7)),))
+    bad = np.full((2, 7), 2**33, dtype=np.int64)
+    with pytest.raises(dycl_jax.DyclError, match=r"8589934592 does not fit int32"):
+        jm(bad)
+
+
+class BigConstant(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("offset", torch.tensor([2**40], dtype=torch.int64))
+
+    def forward(self, x):
+        return x + self.offset
+
+
+def test_int64_constant_out_of_range_raises_at_conversion():
+    with pytest.raises(dycl_jax.DyclError, match=r"(?s)buffer offset.*does not fit int32.*fix"):
+        dycl_jax.to_jax(BigConstant().eval(), (torch.ones(2, 1, dtype=torch.int64),))
+
+
+class ScalarArith(torch.nn.Module):
+    def forward(self, x):
+        return x * 3_000_000_000
+
+
+def test_python_int_beyond_int32_in_arithmetic_raises():
+    with pytest.raises(dycl_jax.DyclError, match=r"does not fit int32"):
+        dycl_jax.to_jax(ScalarArith().eval(), (torch.ones(2, 3, dtype=torch.int64),))
