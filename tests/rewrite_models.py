@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import logging
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -282,6 +283,161 @@ class SideEffects(nn.Module):
         return y
 
 
+# ---------------------------------------------------------------- research-style patterns (examples/dynn)
+
+class SkipReshape(nn.Module):
+    """BlockDrop: `if <all actions zero>: x = residual; continue` in a loop whose first block
+    of each stage widens the features: both complete paths agree, the `if` alone does not."""
+
+    def __init__(self):
+        super().__init__()
+        self.policy = _lin(4, 4, 200)
+        self.down = nn.ModuleList([_lin(4, 6, 201), _lin(6, 8, 202)])
+        self.blocks = nn.ModuleList([_lin(4, 6, 203), _lin(6, 6, 204), _lin(6, 8, 205), _lin(8, 8, 206)])
+
+    def forward(self, x):
+        policy = (self.policy(x) > 0).float()
+        t = 0
+        for stage in range(2):
+            for b in range(2):
+                action = policy[:, t].contiguous()
+                residual = self.down[stage](x) if b == 0 else x
+                if action.data.sum() == 0:
+                    x = residual
+                    t += 1
+                    continue
+                mask = action.view(-1, 1)
+                fx = torch.relu(residual + self.blocks[t](x))
+                x = fx * mask + residual * (1 - mask)
+                t += 1
+        return x
+
+
+class ExitReshape(nn.Module):
+    """Shallow-Deep Network: `return` inside a loop whose features change width per layer, lists
+    appended to in a branch, and `np.argmax` over them as the fallback."""
+
+    def __init__(self, thr: float = 0.7):
+        super().__init__()
+        self.layers = nn.ModuleList([_lin(4, 6, 210), _lin(6, 8, 211), _lin(8, 5, 212)])
+        self.heads = nn.ModuleList([_lin(6, 3, 213), _lin(8, 3, 214)])
+        self.final = _lin(5, 3, 215)
+        self.add_output = [1, 1, 0]
+        self.thr = thr
+
+    def forward(self, x):
+        confidences = []
+        outputs = []
+        output_id = 0
+        for k, layer in enumerate(self.layers):
+            x = torch.tanh(layer(x))
+            is_output = self.add_output[k]
+            if is_output:
+                output = self.heads[k](x) * 3.0
+                outputs.append(output)
+                confidence = torch.max(torch.softmax(output[0], dim=0)).detach()
+                confidences.append(confidence)
+                if confidence >= self.thr:
+                    return output, output_id, True
+                output_id += is_output
+        output = self.final(x) * 3.0
+        outputs.append(output)
+        confidences.append(torch.max(torch.softmax(output[0], dim=0)).detach())
+        best = np.argmax(confidences)
+        return outputs[best], best, False
+
+
+class AnytimeBreak(nn.Module):
+    """MSDNet (anytime): `break` in a `for` over blocks that change width; after the loop the
+    result and the loop index of the iteration that broke are returned."""
+
+    def __init__(self, thresholds: tuple = (0.6, 0.5)):
+        super().__init__()
+        self.blocks = nn.ModuleList([_lin(4, 6, 220), _lin(6, 8, 221), _lin(8, 5, 222)])
+        self.heads = nn.ModuleList([_lin(6, 3, 223), _lin(8, 3, 224), _lin(5, 3, 225)])
+        self.thresholds = list(thresholds)
+        self.n = 3
+
+    def forward(self, x):
+        for i in range(self.n):
+            x = torch.tanh(self.blocks[i](x))
+            res = self.heads[i](x) * 3.0
+            if i == self.n - 1:
+                break
+            confidence = torch.softmax(res, dim=1).max()
+            if confidence.item() >= self.thresholds[i]:
+                break
+        return res, i
+
+
+class PatienceInElse(nn.Module):
+    """PABEE: the patience loop sits in the `else` of an if/elif chain; names first assigned
+    inside the loop (`logits`, `labels`) are used after it; the last `break` test's result is
+    unused, so the staged graph must keep it to make the same decisions."""
+
+    def __init__(self, patience: int = 1):
+        super().__init__()
+        self.layer = _lin(4, 4, 242)
+        self.heads = nn.ModuleList(_lin(4, 3, 243 + k) for k in range(4))
+        self.patience = patience
+
+    def forward(self, x):
+        h = x
+        if self.training:
+            res = [head(h) for head in self.heads]
+        elif self.patience == 0:
+            for i in range(4):
+                h = torch.tanh(self.layer(h))
+            res = self.heads[3](h)
+        else:
+            counter = 0
+            result = None
+            for i in range(4):
+                h = torch.tanh(self.layer(h))
+                logits = self.heads[i](h)
+                labels = logits.argmax(dim=1)
+                if result is not None:
+                    prev_labels = result.argmax(dim=1)
+                if (result is not None) and torch.all(labels.eq(prev_labels)):
+                    counter += 1
+                else:
+                    counter = 0
+                result = logits
+                if counter == self.patience:
+                    break
+            res = result
+        return res
+
+
+def mean_entropy(logits):
+    p = torch.softmax(logits, dim=1)
+    return -(p * torch.log(p)).sum(dim=1).mean()
+
+
+class OffRamps(nn.Module):
+    """DeeBERT: `for i, layer in enumerate(...)` with a `break` on the last layer and a `return`
+    through off-ramp i: the loop index must stay a Python int to pick the module `ramps[i]`."""
+
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList(_lin(4, 4, 240 + k) for k in range(3))
+        self.ramps = nn.ModuleList(_lin(4, 3, 245 + k) for k in range(2))
+        self.final = _lin(4, 3, 249)
+        self.thr = [0.8, 0.9]
+
+    def forward(self, x):
+        h = x
+        for i, layer in enumerate(self.layers):
+            h = torch.tanh(layer(h)) * 2.0
+            if i == len(self.layers) - 1:
+                break
+            logits = self.ramps[i](h) * 2.0
+            if not self.training:
+                if mean_entropy(logits) < self.thr[i]:
+                    return logits, i + 1
+        return self.final(h), len(self.layers)
+
+
 # ---------------------------------------------------------------- models that must be refused
 
 class OnePath(nn.Module):
@@ -325,6 +481,34 @@ class DeadOnePath(nn.Module):
             tmp = x * 2
             y = tmp + 1
         return y
+
+
+class BreakLiveReshape(nn.Module):
+    """`x` changes width per block and is returned after a data-dependent `break`: live on
+    the exit path, so no placeholder may stand in for it."""
+
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.ModuleList([_lin(4, 6, 160), _lin(6, 8, 161)])
+
+    def forward(self, x):
+        for blk in self.blocks:
+            x = torch.tanh(blk(x))
+            if x.sum() > 0:
+                break
+        return x
+
+
+class RaggedPick(nn.Module):
+    """A list of tensors of different widths indexed by a tensor (in a function that is
+    rewritten: it has a dynamic `if`)."""
+
+    def forward(self, x):
+        if x.mean() > 0:
+            x = x * 2.0
+        parts = [x, x[:, :2]]
+        k = (x.sum() > 0).long()
+        return parts[k]
 
 
 # ---------------------------------------------------------------- test helpers

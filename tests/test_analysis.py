@@ -25,6 +25,8 @@ def stmt(src: str) -> ast.stmt:
     ("x[i] = v", {"x", "i", "v"}, set(), {"x"}),
     ("self.count = n", {"self", "n"}, set(), {"self"}),
     ("h.add_(1)", {"h"}, set(), {"h"}),
+    ("outs.append(y)", {"outs", "y"}, set(), {"outs"}),
+    ("self.saved.append(y)", {"self", "y"}, set(), set()),
     ("a, (b, c) = t", {"t"}, {"a", "b", "c"}, set()),
     ("ys = [f(v) for v in xs if v > k]", {"f", "xs", "k"}, {"ys"}, set()),
     ("g = lambda u: u * w", {"w"}, {"g"}, set()),

@@ -80,6 +80,22 @@ def continue_for(x):
     return acc, skipped
 
 
+def jumps_then_rest(x):
+    # statements after an `if` that jumps move into its else branch (jump_else)
+    out = x * 0
+    for i in range(4):
+        if (x * (i - 1)).sum() < 0:
+            out = out - 1
+            continue
+        elif x.sum() > 12:
+            break
+        out = out + x * i
+    if out.sum() > 3:
+        return out, 1
+    out = out * 2
+    return out, 0
+
+
 def break_inner_loop(x):
     out = x * 0
     for i in range(3):
@@ -185,6 +201,7 @@ CASES = {
     return_in_while: [(x,) for x in XS],
     break_for_else: [(x, 4) for x in XS],
     continue_for: [(x,) for x in XS],
+    jumps_then_rest: [(x,) for x in XS],
     break_inner_loop: [(x,) for x in XS],
     if_else_inplace: [(x,) for x in XS],
     elif_chain: [(x, m) for x in XS for m in "ab"],
@@ -218,7 +235,8 @@ def test_tracing_mode_matches_and_records_decisions(fn):
         assert py(out) == py(fn(*args))
         seen |= set(decisions)
     # elif_chain's first test is a Python comparison: decided without a recorded decision
-    expected = {elif_chain: {1, 2, 3}, item_predicates: {0, 1, 2, 3, 4}}.get(fn, {True, False})
+    expected = {elif_chain: {1, 2, 3}, item_predicates: {0, 1, 2, 3, 4},
+                jumps_then_rest: {0, 1, 2}}.get(fn, {True, False})
     assert {v for _, v in seen} == expected
 
 
@@ -232,6 +250,7 @@ def test_paths_are_covered():
     assert {closure(x).sum().item() == x.sum().item() for x in XS} == {True, False}
     assert len({break_for_else(x, 4)[1] for x in XS}) >= 2
     assert len({continue_for(x)[1] for x in XS}) >= 2
+    assert {jumps_then_rest(x)[1] for x in XS} == {0, 1}
     assert {item_predicates(x) for x in XS} == {1, 2, 3, 4, 5}
     assert {logical(x, y) for x, y in CASES[logical]} == {1, 2}
 
@@ -246,6 +265,7 @@ def test_converters_produce_operator_calls():
     assert "_dycl_ops.item(" in source(item_predicates) and "_dycl_ops.as_int(" in source(item_predicates)
     assert "_dycl_ops.stop(" in source(break_for_else)
     assert "_dycl_ops.own(y)" in source(if_else_inplace)
+    assert "_dycl_ops.switch(" in source(jumps_then_rest)  # if/continue + elif/break + rest: one chain
     assert "print(" not in source(side_effects)
 
 

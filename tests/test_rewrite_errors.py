@@ -102,3 +102,19 @@ def test_stale_source_is_detected(tmp_path, monkeypatch):
         assert info.value.location.line == 5 and "re-import" in info.value.fix
     finally:
         sys.modules.pop("stale_model", None)
+
+
+def test_shape_change_live_after_break_is_refused():
+    """Placeholders stand in only for values dead after the exit: `x` is returned."""
+    err = export_error(M.BreakLiveReshape())
+    assert err.location.file.endswith("rewrite_models.py")
+    assert err.location.line == M.line_of("for blk in self.blocks:", "class BreakLiveReshape")
+    assert "variable 'x' is a float32[3, 8] tensor" in str(err) and "float32[3, 6] tensor" in str(err)
+    assert "same shape" in err.fix
+
+
+def test_list_of_different_shapes_indexed_by_a_tensor():
+    err = export_error(M.RaggedPick())
+    assert err.location.line == M.line_of("return parts[k]", "class RaggedPick")
+    assert "list elements are a float32[3, 4] tensor and a float32[3, 2] tensor" in str(err)
+    assert "one shape and dtype" in err.fix

@@ -145,3 +145,54 @@ def test_condition_must_have_one_element():
     with ops.tracing(), pytest.raises(DyclError, match=r"the condition is a tensor of shape \[2\]") as info:
         ops.cond(torch.tensor([True, False]), t, f, (1, 2), IF)
     assert ".any() or .all()" in info.value.fix and info.value.location.line == 12
+
+
+GUARD = Site("guard", "/src/model.py", 40, "x = f(x)", ("x", "r"), ("true branch", "false branch"),
+             ((41, None), (None, None)), dead_on_exit=("x",))
+
+
+def test_exit_path_gives_dead_variables_placeholders_of_the_run_path():
+    run = lambda x, r: (x[:, :2] * 2, r)  # noqa: E731  (the width changes on the run path)
+    skip = lambda x, r: (x, r)  # noqa: E731
+    x, r = torch.ones(3, 4), torch.tensor(5.0)
+    with ops.tracing():
+        out = ops.cond(torch.tensor(False), run, skip, (x, r), GUARD)  # exit taken: x is dead
+        assert out[0].shape == (3, 2) and not out[0].any() and out[1] == 5.0
+        assert torch.equal(ops.cond(torch.tensor(True), run, skip, (x, r), GUARD)[0], torch.full((3, 2), 2.0))
+    live = Site("guard", "/src/model.py", 40, "x = f(x)", ("x", "r"), ("true branch", "false branch"),
+                ((41, None), (None, None)))
+    with ops.tracing(), pytest.raises(DyclError, match=r"variable 'x' is a float32\[3, 2\] tensor"):
+        ops.cond(torch.tensor(False), run, skip, (x, r), live)  # not dead: shapes must agree
+
+
+def test_unless_tells_exit_only_false_paths():
+    flag = torch.tensor(False)
+    with ops.tracing():
+        assert isinstance(ops.unless((flag,), lambda: True), ops.ExitOnly)  # false only when flag set
+        assert ops.unless((flag,), lambda: False) is False  # decided without a graph op
+        mixed = ops.unless((flag, False), lambda: torch.tensor(True))
+        assert isinstance(mixed, torch.Tensor) and bool(mixed)  # false path: flag or test
+        assert ops.unless((True, flag), lambda: 1 / 0) is False  # Python short-circuit
+    assert ops.unless((torch.tensor(True),), lambda: True) is False  # plain mode: Python truth
+
+
+def test_host_values_stay_tensors_when_traced():
+    import numpy as np
+
+    xs = [torch.tensor(0.2), torch.tensor(0.7), torch.tensor(0.7)]
+    assert ops.np_reduce(np.argmax, xs) == 1 and isinstance(ops.np_reduce(np.argmax, xs), np.integer)
+    with ops.tracing():
+        k = ops.np_reduce(np.argmax, xs)
+        assert isinstance(k, torch.Tensor) and int(k) == 1  # first index on ties, like numpy
+        rows = [torch.full((2,), float(i)) for i in range(3)]
+        assert torch.equal(ops.getitem(rows, k), rows[1]) and torch.equal(ops.getitem(rows, torch.tensor(-1)), rows[2])
+        assert ops.getitem([(rows[0], "a"), (rows[2], "a")], torch.tensor(1))[1] == "a"
+        assert torch.equal(ops.getitem(rows, torch.tensor(True)), rows[1])  # like Python: True == 1
+        with pytest.raises(DyclError, match=r"a ModuleList is indexed by a tensor") as info:
+            ops.getitem(torch.nn.ModuleList([torch.nn.ReLU()]), torch.tensor(0))
+        assert "Python int" in info.value.fix
+        with pytest.raises(DyclError, match=r"list elements are a float32\[2\] tensor and a float32\[3\] tensor"):
+            ops.getitem([torch.zeros(2), torch.zeros(3)], torch.tensor(0))
+        owned = ops.own(xs)
+        assert owned == xs and owned is not xs  # a branch appends to its own copy
+    assert ops.getitem(rows, 2) is rows[2] and ops.own(xs) is xs

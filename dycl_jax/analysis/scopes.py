@@ -7,6 +7,10 @@ from dataclasses import dataclass, field
 SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef, ast.ListComp, ast.SetComp,
           ast.DictComp, ast.GeneratorExp)
 COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
+# methods that change a list / dict / set / deque in place (not `add` / `sort`: on tensors they
+# return a new tensor, and tensors are far more common in the code we read)
+CONTAINER_MUTATORS = {"append", "extend", "insert", "pop", "remove", "clear", "update", "setdefault", "popitem",
+                      "appendleft", "extendleft", "popleft", "discard"}
 
 
 @dataclass
@@ -87,6 +91,10 @@ class _Scanner(ast.NodeVisitor):
             base = _base_name(func.value)
             if base:  # x.add_(1), x[0].zero_(): in-place tensor methods
                 self.acc.mutates.add(base)
+        elif isinstance(func, ast.Attribute) and func.attr in CONTAINER_MUTATORS and isinstance(func.value, ast.Name):
+            # outs.append(y): the list is an output of a branch that appends to it (only a
+            # local container called directly; `self.cache.update(...)` changes no local)
+            self.acc.mutates.add(func.value.id)
         self.generic_visit(node)
 
     def visit_Global(self, node: ast.Global) -> None:

@@ -22,14 +22,30 @@ class _State:
 _S = _State()
 
 
+def _control_flow_ops() -> list[Any]:
+    return [torch.ops.higher_order.cond, torch.ops.higher_order.while_loop]
+
+
 @contextlib.contextmanager
 def staging() -> Iterator[None]:
-    """Tensor predicates emit torch.cond / torch.while_loop (enter around torch.export)."""
+    """Tensor predicates emit torch.cond / torch.while_loop (enter around torch.export and its
+    decompositions).
+
+    While staging, dead-code elimination keeps control-flow nodes whose outputs are unused
+    (e.g. a `break` test in a loop's last iteration): the staged program makes every decision
+    the rewritten eager program makes, so their decision traces agree. XLA still drops such
+    a cond from the plain (untraced) program, where nothing observes it.
+    """
+    from torch.fx.node import _side_effectful_functions
+
+    added = [op for op in _control_flow_ops() if op not in _side_effectful_functions] if not _S.staging else []
+    _side_effectful_functions.update(added)
     _S.staging += 1
     try:
         yield
     finally:
         _S.staging -= 1
+        _side_effectful_functions.difference_update(added)
 
 
 @contextlib.contextmanager

@@ -22,9 +22,12 @@ from dycl_jax.rewrite import modes
 from dycl_jax.rewrite.modes import staging, tracing
 from dycl_jax.rewrite.plan import Undefined
 from dycl_jax.rewrite.sites import Site
+from dycl_jax.rewrite.exits import ExitOnly, unless, with_dead  # noqa: F401  (unless: called by generated code)
+from dycl_jax.rewrite.values import data, getitem, np_reduce  # noqa: F401  (called by generated code)
 
 __all__ = ["Undefined", "staging", "tracing", "cond", "switch", "ifexp", "while_loop", "and_", "or_", "not_",
-           "item", "as_bool", "as_float", "as_int", "stop", "own"]
+           "item", "as_bool", "as_float", "as_int", "stop", "own", "data", "unless",
+           "np_reduce", "getitem"]
 
 
 def _pred(p: Any, site: Site) -> torch.Tensor:
@@ -46,11 +49,15 @@ def _pred(p: Any, site: Site) -> torch.Tensor:
 
 def cond(pred: Any, true_fn: Callable, false_fn: Callable, inputs: tuple, site: Site) -> tuple:
     """`if pred: ... else: ...` with branch functions that take `inputs`, return the outputs."""
+    exit_only = isinstance(pred, ExitOnly) or site.kind == "guard"
+    pred = pred.pred if isinstance(pred, ExitOnly) else pred
     if not isinstance(pred, torch.Tensor):
         return (true_fn if pred else false_fn)(*inputs)
     if modes.current() == "plain":
         return (true_fn if bool(pred) else false_fn)(*inputs)
-    return _choose(site, [(0, pred), (1, True)], [true_fn, false_fn], inputs)
+    if exit_only and site.dead_on_exit:
+        false_fn = with_dead(false_fn, site)
+    return _choose(site, [(0, pred), (1, True)], [true_fn, false_fn], inputs, exit_only)
 
 
 def switch(pred_fns: Sequence[Callable[[], Any]], fns: Sequence[Callable], inputs: tuple, site: Site) -> tuple:
@@ -63,6 +70,7 @@ def switch(pred_fns: Sequence[Callable[[], Any]], fns: Sequence[Callable], input
     candidates: list[tuple[int, Any]] = []
     for i, pf in enumerate(pred_fns):
         p = pf()
+        p = p.pred if isinstance(p, ExitOnly) else p  # an `elif` branch: its false path goes on
         if isinstance(p, torch.Tensor):
             candidates.append((i, p))
         elif p:
@@ -87,11 +95,12 @@ def ifexp(test: Any, true_fn: Callable, false_fn: Callable, inputs: tuple, site:
     return out[0]
 
 
-def _choose(site: Site, candidates: list[tuple[int, Any]], fns: Sequence[Callable], inputs: tuple) -> tuple:
+def _choose(site: Site, candidates: list[tuple[int, Any]], fns: Sequence[Callable], inputs: tuple,
+            exit_only: bool = False) -> tuple:
     mode = modes.current()
     candidates = [(i, _pred(p, site) if isinstance(p, torch.Tensor) else p) for i, p in candidates]
     chosen = [fns[i] for i, _ in candidates]
-    placeholders = "all" if site.kind == "guard" else "retval"
+    placeholders = "all" if exit_only else "retval"
     sub = _subsite(site, [i for i, _ in candidates])
     if mode == "staging":
         preds = [p for _, p in candidates[:-1]]
@@ -238,7 +247,10 @@ def stop(*flags: Any) -> bool:
 
 
 def own(x: Any) -> Any:
-    """A private copy of a tensor a branch updates in place (graph branches may not mutate inputs)."""
+    """A private copy of a tensor a branch updates in place (graph branches may not mutate inputs),
+    or of a list / dict / set it appends to (each path gets its own; the cond joins them)."""
     if isinstance(x, torch.Tensor) and _traced():
         return x.clone()
+    if type(x) in (list, dict, set) and _traced():
+        return type(x)(x)
     return x

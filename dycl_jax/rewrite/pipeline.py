@@ -4,9 +4,10 @@ from __future__ import annotations
 import ast
 from typing import Callable
 
-from dycl_jax.rewrite.converters import (helpers, logical, loop_exits, predicates, returns,
-                                         side_effects, structured, super_calls, ternary,
-                                         undefined_init)
+from dycl_jax.analysis.scopes import function_locals
+from dycl_jax.rewrite.converters import (helpers, host_values, jump_else, logical, loop_exits, predicates,
+                                         returns, side_effects, structured, super_calls, tensor_data,
+                                         ternary, undefined_init)
 from dycl_jax.rewrite.templates import Context, user_scopes
 
 # Order matters: exits become flags (loops stop on them, see converters/loop_finalize.py)
@@ -16,7 +17,10 @@ PIPELINE: list[tuple[str, Callable[[ast.FunctionDef, Context], None]]] = [
     ("super_calls", super_calls.convert),
     ("side_effects", side_effects.convert),
     ("helpers", helpers.convert),
+    ("tensor_data", tensor_data.convert),
     ("predicates", predicates.convert),
+    ("host_values", host_values.convert),  # after the static marks: `xs[i]` in a test stays static
+    ("jump_else", jump_else.convert),  # before exits become flags: one cond per complete path
     ("returns", returns.convert),
     ("loop_exits", loop_exits.convert),
     ("ternary", ternary.convert),
@@ -32,6 +36,8 @@ def run(ctx: Context, upto: str | None = None) -> ast.FunctionDef:
         raise ValueError(f"no converter named {upto!r}")
     tree = ctx.src.tree
     scopes = user_scopes(tree)[::-1]  # nested defs first
+    for scope in scopes:  # converters move code into generated functions; these stay the user's locals
+        scope._dycl_user_locals = function_locals(scope)  # type: ignore[attr-defined]
     for stage, convert in PIPELINE:
         for scope in scopes:
             convert(scope, ctx)

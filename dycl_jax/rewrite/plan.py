@@ -41,7 +41,7 @@ def flatten(value: Any) -> tuple[list[Any], pytree.TreeSpec]:
     return pytree.tree_flatten(value, is_leaf=_leaf)
 
 
-def _same_python(a: Any, b: Any) -> bool:
+def same_python(a: Any, b: Any) -> bool:
     if a is b:
         return True
     if type(a) is not type(b) or not isinstance(a, (*_NUMBER, str, bytes, type(None))):
@@ -49,7 +49,7 @@ def _same_python(a: Any, b: Any) -> bool:
     return a == b
 
 
-def _desc(v: Any) -> str:
+def describe(v: Any) -> str:
     if isinstance(v, torch.Tensor):
         dims = ", ".join(str(d) for d in v.shape)
         return f"a {str(v.dtype).replace('torch.', '')}[{dims}] tensor"
@@ -60,7 +60,7 @@ def _desc(v: Any) -> str:
     return f"a {type(v).__name__}"
 
 
-def _same_shape(a: tuple, b: tuple) -> bool:
+def same_shape(a: tuple, b: tuple) -> bool:
     if len(a) != len(b):
         return False
     from torch.fx.experimental.symbolic_shapes import statically_known_true
@@ -156,7 +156,7 @@ def _unify_leaf(site: Site, j: int, paths: list[int], vals: list[Any]) -> Leaf:
     tensors = [(p, v) for p, v in zip(paths, vals) if isinstance(v, torch.Tensor)]
     what = site.what(j)
     if not tensors:
-        if all(_same_python(vals[0], v) for v in vals[1:]):
+        if all(same_python(vals[0], v) for v in vals[1:]):
             return Leaf(True, vals[0])
         if all(isinstance(v, _NUMBER) for v in vals):
             if all(isinstance(v, bool) for v in vals):
@@ -166,15 +166,15 @@ def _unify_leaf(site: Site, j: int, paths: list[int], vals: list[Any]) -> Leaf:
             else:
                 dtype = torch.int64
             return Leaf(False, dtype=dtype, shape=(), device=torch.device("cpu"))
-        (pa, a), (pb, b) = next(((paths[0], vals[0]), (p, v)) for p, v in zip(paths, vals) if not _same_python(vals[0], v))
-        raise _error(site, f"{what} is {_desc(a)} on the {site.where(pa, j)} but {_desc(b)} on the {site.where(pb, j)}; "
+        (pa, a), (pb, b) = next(((paths[0], vals[0]), (p, v)) for p, v in zip(paths, vals) if not same_python(vals[0], v))
+        raise _error(site, f"{what} is {describe(a)} on the {site.where(pa, j)} but {describe(b)} on the {site.where(pb, j)}; "
                      "different Python objects cannot be chosen by a tensor condition",
                      f"give {what.split(' ', 1)[-1]} the same value on every path, or compute it as a tensor")
     p0, t0 = tensors[0]
     for p, v in zip(paths, vals):
         if isinstance(v, torch.Tensor):
-            if v.dtype != t0.dtype or not _same_shape(tuple(v.shape), tuple(t0.shape)):
-                raise _error(site, f"{what} is {_desc(t0)} on the {site.where(p0, j)} but {_desc(v)} on the {site.where(p, j)}",
+            if v.dtype != t0.dtype or not same_shape(tuple(v.shape), tuple(t0.shape)):
+                raise _error(site, f"{what} is {describe(t0)} on the {site.where(p0, j)} but {describe(v)} on the {site.where(p, j)}",
                              "make every path produce the same shape and dtype (pad, slice or cast), "
                              "or convert with the dispatch host")
             continue
@@ -189,7 +189,7 @@ def _unify_leaf(site: Site, j: int, paths: list[int], vals: list[Any]) -> Leaf:
                 fix = f"initialise {what.split(' ', 1)[-1]} with a tensor (e.g. torch.zeros(...)) instead of None"
             else:
                 fix = "make the value on every path a tensor of the same dtype"
-            raise _error(site, f"{what} is {_desc(v)} on the {site.where(p, j)} but {_desc(t0)} on the {site.where(p0, j)}", fix)
+            raise _error(site, f"{what} is {describe(v)} on the {site.where(p, j)} but {describe(t0)} on the {site.where(p0, j)}", fix)
     return Leaf(False, dtype=t0.dtype, shape=tuple(t0.shape), device=t0.device)
 
 
@@ -227,5 +227,5 @@ def build(site: Site, outputs: list[tuple[Any, ...]], placeholders: str = "retva
 def _desc_tree(v: Any) -> str:
     leaves, spec = flatten(v)
     if spec.is_leaf():
-        return _desc(v)
+        return describe(v)
     return f"{type(v).__name__} of {len(leaves)} leaves"

@@ -22,7 +22,10 @@ class Site:
     names: tuple[str, ...]  # output variables (branches) or carried variables (while)
     paths: tuple[str, ...]  # how each path is called in messages ("true branch", ...)
     lines: tuple[tuple[int | None, ...], ...]  # per path, per name: line of its last assignment
-    exit_guard: bool = False  # a guard whose false path means "already returned"
+    # names (of `names`) whose values are dead on the false path when that path means "an exit
+    # flag is set": the program has returned, or left / restarted the loop, so they may hold
+    # placeholders of the true path's shape there (converters/flags.dead_on_exit, exits.py)
+    dead_on_exit: tuple[str, ...] = ()
 
     @property
     def label(self) -> str:

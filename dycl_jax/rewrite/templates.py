@@ -23,6 +23,8 @@ class Context:
     sites: list[Site] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     helpers: dict[str, Any] = field(default_factory=dict)  # call name -> rewritten function
+    # exit flag -> ("return" | "break" | "continue", the loop it leaves or restarts, or None)
+    exits: dict[str, tuple[str, Any]] = field(default_factory=dict)
     counter: int = 0
 
     def fresh(self, stem: str) -> str:
@@ -33,8 +35,8 @@ class Context:
         return self.src.location(line).code.strip()
 
     def add_site(self, kind: str, line: int, names: tuple[str, ...], paths: tuple[str, ...],
-                 lines: tuple[tuple[int | None, ...], ...], exit_guard: bool = False) -> int:
-        self.sites.append(Site(kind, self.src.file, line, self.code(line), names, paths, lines, exit_guard))
+                 lines: tuple[tuple[int | None, ...], ...], dead_on_exit: tuple[str, ...] = ()) -> int:
+        self.sites.append(Site(kind, self.src.file, line, self.code(line), names, paths, lines, dead_on_exit))
         return len(self.sites) - 1
 
     def warn(self, line: int, message: str) -> None:
@@ -89,8 +91,12 @@ def function(fn_name: str, params: list[str], body: list[ast.stmt], returns: lis
 
 
 def lambda_(params: list[str], body: ast.expr) -> ast.Lambda:
-    return ast.Lambda(args=ast.arguments(posonlyargs=[], args=[ast.arg(arg=p) for p in params], kwonlyargs=[],
-                                         kw_defaults=[], defaults=[]), body=body)
+    """A generated lambda: called at once by its operator, so its reads are not closure reads
+    that keep names live forever (see converters/branches.closure_reads)."""
+    fn = ast.Lambda(args=ast.arguments(posonlyargs=[], args=[ast.arg(arg=p) for p in params], kwonlyargs=[],
+                                       kw_defaults=[], defaults=[]), body=body)
+    fn._dycl_generated = True  # type: ignore[attr-defined]
+    return fn
 
 
 def locate(nodes: ast.AST | list, src: ast.AST) -> Any:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import ast
 
 from dycl_jax.rewrite.converters.branches import check_body, liveness, own_prefix, signature
+from dycl_jax.rewrite.converters.flags import dead_on_exit
 from dycl_jax.rewrite.templates import (Context, assign, function, lambda_, last_assignment_line, locate, name,
                                         op_call, tuple_of)
 
@@ -49,7 +50,8 @@ def convert_if(node: ast.If, block: list[ast.stmt], scope: ast.FunctionDef, ctx:
     else:
         paths = ("`if` branch", *(f"`elif` branch at line {n.lineno}" for n in nodes[1:]), "`else` branch")
     lines = tuple(tuple(last_assignment_line(b, v) for v in sig.outputs) for b in bodies)
-    site = ctx.add_site(kind, node.lineno, tuple(sig.outputs), paths, lines)
+    dead = dead_on_exit(node, sig.outputs, live, ctx) if len(tests) == 1 else ()
+    site = ctx.add_site(kind, node.lineno, tuple(sig.outputs), paths, lines, dead)
     stem = ctx.fresh("if" if kind != "elif" else "case")
     fns = []
     for k, (body, owned) in enumerate(zip(bodies, sig.owned)):

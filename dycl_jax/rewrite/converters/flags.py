@@ -2,18 +2,19 @@
 
 Statements after a possible exit run only while no exit flag is set. Guards are kept flat
 rather than nested (every level of nested torch.cond multiplies export time): a run of
-simple statements gets one guard, an `if` without `else` and a `while` take the flag into
-their own test, a `for` loop stops through its exit flags. Each guard reads the flag as it
-is at that point, so a later exit in the same block needs nothing more.
+statements gets one guard, an `if` without `else` and a `while` take the flag into their own
+test, a `for` loop stops through its exit flags. Compound statements join the run of simple
+ones: inside one guard, values the run computes stay what they are (a Python loop index
+stays a Python int), where a join between two guards would turn them into tensors. Each guard
+reads the flag as it is at that point, so a later exit in the same block needs nothing more.
 """
 from __future__ import annotations
 
 import ast
 
-from dycl_jax.rewrite.templates import is_scope, locate, name, stmt_blocks
-
-_COMPOUND = (ast.If, ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith, ast.Try, ast.Match,
-             ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+from dycl_jax.analysis.cfg import Liveness
+from dycl_jax.rewrite.sites import RETVAL
+from dycl_jax.rewrite.templates import Context, is_scope, lambda_, locate, name, op_call, stmt_blocks
 
 
 def sets_flag(node: ast.AST, flag: str) -> bool:
@@ -39,6 +40,13 @@ def _with_flags(test: ast.expr, flags: list[str]) -> ast.expr:
                                                    test]), test)
 
 
+def _unless(test: ast.expr, flags: list[str]) -> ast.expr:
+    """`_dycl_ops.unless((f1, ...), lambda: test)`: `not f1 and ... and test`, and the operator
+    can tell a false result that only means "an exit flag is set" (see operators.unless)."""
+    flag_tuple = ast.Tuple(elts=[name(f) for f in flags], ctx=ast.Load())
+    return locate(op_call("unless", flag_tuple, lambda_([], test)), test)
+
+
 def guard_if(body: list[ast.stmt], flags: list[str]) -> ast.If:
     guard = locate(ast.If(test=not_any(flags), body=body, orelse=[]), body[0])
     guard._dycl_guard = True  # type: ignore[attr-defined]
@@ -61,11 +69,10 @@ def guarded(stmts: list[ast.stmt], flags: list[str]) -> list[ast.stmt]:
         if covered or getattr(s, "_dycl_keep", False) or isinstance(s, (ast.Pass,)):
             flush()
             out.append(s)
-        elif not isinstance(s, _COMPOUND):
-            group.append(s)
         elif isinstance(s, (ast.If, ast.While)) and not (isinstance(s, ast.If) and s.orelse):
             flush()
-            s.test = _with_flags(s.test, flags)
+            plain_if = isinstance(s, ast.If) and not getattr(s, "_dycl_guard", False)
+            s.test = _unless(s.test, flags) if plain_if else _with_flags(s.test, flags)
             s._dycl_static = False  # type: ignore[attr-defined]
             s._dycl_flags = getattr(s, "_dycl_flags", set()) | set(flags)  # type: ignore[attr-defined]
             out.append(s)
@@ -74,8 +81,7 @@ def guarded(stmts: list[ast.stmt], flags: list[str]) -> list[ast.stmt]:
             s._dycl_exit_flags = getattr(s, "_dycl_exit_flags", []) + list(flags)  # type: ignore[attr-defined]
             out.append(s)
         else:
-            flush()
-            out.append(guard_if([s], flags))
+            group.append(s)
     flush()
     return out
 
@@ -109,3 +115,27 @@ def loops_containing(scope_body: list[ast.stmt], flag: str) -> list[ast.stmt]:
         for inner in stmt_blocks(s):
             stack.extend(inner)
     return found
+
+
+def dead_on_exit(node: ast.If, outputs: list[str], live: Liveness, ctx: Context) -> tuple[str, ...]:
+    """Outputs of a guarded `if` whose values nobody reads once one of its exit flags is set.
+
+    After `return` only the return value counts; after `break` what is live after the loop;
+    after `continue` what is live at the loop header (the next iteration). Exit flags keep
+    their values (they say which exit was taken). Unknown exits: nothing is dead.
+    """
+    flags = getattr(node, "_dycl_flags", None)
+    if not flags:
+        return ()
+    keep = set(flags) | set(ctx.exits) | {RETVAL}
+    for flag in flags:
+        kind, loop = ctx.exits.get(flag, (None, None))
+        if kind == "return":
+            continue
+        if kind == "break" and id(loop) in live.cfg.join:
+            keep |= live.after(loop)
+        elif kind == "continue" and id(loop) in live.cfg.header:
+            keep |= live.header(loop)
+        else:  # e.g. the loop is already converted: assume everything is read
+            return ()
+    return tuple(n for n in outputs if n not in keep)

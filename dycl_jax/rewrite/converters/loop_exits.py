@@ -45,6 +45,7 @@ def convert(scope: ast.FunctionDef, ctx: Context) -> None:
         continues = _own_jumps(loop.body, ast.Continue)
         if continues:
             flag = ctx.fresh("cont")
+            ctx.exits[flag] = ("continue", loop)
             _replace(continues, flag)
             guard_rest(loop.body, [flag], stop_at_loops=True)
             loop.body.insert(0, locate(set_name(flag, const(False)), loop.body[0]))
@@ -52,6 +53,7 @@ def convert(scope: ast.FunctionDef, ctx: Context) -> None:
         if not breaks:
             continue
         flag = ctx.fresh("brk")
+        ctx.exits[flag] = ("break", loop)
         _replace(breaks, flag)
         guard_rest(loop.body, [flag], stop_at_loops=True)
         loop._dycl_exit_flags = getattr(loop, "_dycl_exit_flags", []) + [flag]  # type: ignore[attr-defined]

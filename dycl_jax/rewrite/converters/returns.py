@@ -42,6 +42,7 @@ def convert(scope: ast.FunctionDef, ctx: Context) -> None:
     if not _always_exits(body):
         body.append(locate(ast.Return(value=const(None)), body[-1]))
     _replace_returns(body)
+    ctx.exits[RETFLAG] = ("return", None)
     guard_rest(body, [RETFLAG])
     for loop in loops_containing(body, RETFLAG):
         loop._dycl_exit_flags = getattr(loop, "_dycl_exit_flags", []) + [RETFLAG]  # type: ignore[attr-defined]

@@ -20,7 +20,9 @@ def _passed(scope: ast.FunctionDef) -> list[str]:
 
 
 def _init_scope(scope: ast.FunctionDef) -> None:
-    local = function_locals(scope) - param_names(scope)
+    # a user function's own locals include those now only assigned inside generated branch
+    # functions: a call of the branch passes them along before any path assigned them
+    local = (function_locals(scope) | getattr(scope, "_dycl_user_locals", set())) - param_names(scope)
     names = sorted(set(_passed(scope)) & local)
     if names:
         init = [set_name(n, op_call("Undefined", const(n))) for n in names]

@@ -1,0 +1,80 @@
+"""Operators for host-side Python over tensor values (converters/tensor_data.py, host_values.py):
+in plain mode they do exactly what the user's code does; staged or traced, they keep tensors
+tensors, since a staged tensor has no value Python or numpy could read."""
+from __future__ import annotations
+
+import sys
+from typing import Any, Callable
+
+import torch
+import torch.utils._pytree as pytree
+
+from dycl_jax.errors import DyclError
+from dycl_jax.rewrite import modes, plan as plans
+from dycl_jax.source import origins
+
+_TORCH_REDUCTIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "argmax": torch.argmax, "argmin": torch.argmin, "max": torch.max, "amax": torch.max,
+    "min": torch.min, "amin": torch.min, "sum": torch.sum, "mean": torch.mean}
+
+
+def _traced() -> bool:
+    return modes.current() != "plain"
+
+
+def data(x: Any) -> Any:
+    """`x.data`: the same values as `x.detach()`, which torch.export can trace (`.data` it cannot)."""
+    if isinstance(x, torch.Tensor) and _traced():
+        return x.detach()
+    return x.data
+
+
+def np_reduce(fn: Callable, x: Any) -> Any:
+    """`np.argmax(x)` and other whole-array numpy reductions of a tensor or a list of them:
+    the torch reduction (same value, first index on ties) when staged or traced."""
+    has_tensor = any(isinstance(v, torch.Tensor) for v in plans.flatten(x)[0])
+    if _traced() and has_tensor and fn.__name__ in _TORCH_REDUCTIONS:
+        t = x if isinstance(x, torch.Tensor) else torch.stack([torch.as_tensor(v) for v in x])
+        return _TORCH_REDUCTIONS[fn.__name__](t)
+    return fn(x)
+
+
+_LIST_FIX = "keep the list elements tensors of one shape and dtype (or index it with a Python int)"
+_SELECTION = "; a list indexed by a tensor becomes a selection among its elements"
+
+
+def _error(what: str, fix: str) -> DyclError:
+    caller = sys._getframe(2)  # the generated line, mapped back to the user's
+    return DyclError(what, location=origins.resolve(caller.f_code.co_filename, caller.f_lineno), fix=fix)
+
+
+def getitem(seq: Any, index: Any) -> Any:
+    """`seq[index]`; a Python list or tuple indexed by a one-element integer (or bool) tensor
+    (staged, its value is unknown) becomes a selection from the stacked elements, leaf by leaf."""
+    if not (isinstance(index, torch.Tensor) and _traced() and index.numel() == 1
+            and not index.dtype.is_floating_point and not index.dtype.is_complex):
+        return seq[index]
+    if isinstance(seq, torch.nn.Module):
+        raise _error(f"a {type(seq).__name__} is indexed by a tensor; a staged program cannot pick a module "
+                     "by a value it computes", "index modules with a Python int (e.g. the loop counter)")
+    if not isinstance(seq, (list, tuple)) or not seq:
+        return seq[index]
+    flats = [plans.flatten(v) for v in seq]
+    spec = flats[0][1]
+    if any(s != spec for _, s in flats):
+        raise _error(f"the elements of a list of {len(seq)} differ in structure{_SELECTION}", _LIST_FIX)
+    i = index.reshape(1).to(torch.int64) % len(seq)  # Python's negative indices
+    picked = []
+    for k in range(len(flats[0][0])):
+        column = [leaves[k] for leaves, _ in flats]
+        first = column[0]
+        if all(plans.same_python(first, v) for v in column[1:]):
+            picked.append(first)
+            continue
+        for v in column:
+            if not (isinstance(v, torch.Tensor) and isinstance(first, torch.Tensor) and v.dtype == first.dtype
+                    and plans.same_shape(tuple(v.shape), tuple(first.shape))):
+                raise _error(f"list elements are {plans.describe(first)} and {plans.describe(v)}{_SELECTION}",
+                             _LIST_FIX)
+        picked.append(torch.index_select(torch.stack(column), 0, i).squeeze(0))
+    return pytree.tree_unflatten(picked, spec)
