@@ -1,4 +1,4 @@
-"""Latency of torch eager vs the converted JAX model for every example, one thread each side.
+"""Latency of torch eager vs the converted JAX model for every example, on one CPU core.
 
     python scripts/bench.py [--dynn] [--only NAME] [--runs N] [--warmup K] [--json OUT]
 
@@ -6,20 +6,30 @@ Static examples (examples/*.py) run at batch 1 and 32; with --dynn the dynamic-n
 examples (examples/dynn/*.py) run at batch 1, cycling over their `inputs(n)`. Each timed
 iteration calls torch and JAX back to back (the order alternates), so both see the same
 machine state; the table shows medians and their ratio torch/JAX (> 1: JAX is faster).
+
+Fairness: torch uses one thread and XLA single-threaded kernels, and the whole process is
+pinned to one core (`--no-pin` lifts that): XLA may run independent kernels of a program
+on a second thread, which must not borrow a second core. JAX runs programs inline on the
+calling thread, as torch eager does (`--async-dispatch` keeps JAX's default hand-off to a
+worker thread, which adds a thread wake-up, ~30 µs on a busy machine, to every call).
 """
 from __future__ import annotations
 
 import os
+import sys
 
-# Both sides on one thread; XLA reads its flags when jax is first imported, so this comes first.
+# All of this must happen before torch and jax start their threads and XLA reads its flags.
+PIN = "--no-pin" not in sys.argv[1:]
+if PIN:  # threads inherit the affinity of the thread that creates them
+    os.sched_setaffinity(0, {max(os.sched_getaffinity(0))})
 _XLA_FLAGS = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
 os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {_XLA_FLAGS}".strip()
+ASYNC_DISPATCH = "--async-dispatch" in sys.argv[1:]
 
 import argparse  # noqa: E402
 import json  # noqa: E402
 import math  # noqa: E402
 import statistics  # noqa: E402
-import sys  # noqa: E402
 import time  # noqa: E402
 import warnings  # noqa: E402
 from dataclasses import asdict, dataclass  # noqa: E402
@@ -28,6 +38,8 @@ from typing import Any, Callable  # noqa: E402
 
 import jax  # noqa: E402
 import torch  # noqa: E402
+
+jax.config.update("jax_cpu_enable_async_dispatch", ASYNC_DISPATCH)  # read when the CPU client starts
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 from rich.text import Text  # noqa: E402
@@ -183,6 +195,10 @@ def render(rows: list[Row], gm: float | None, console: Console) -> None:
         console.print(Text(f"error {i}: {text}", style="red"))
     count = sum(r.ratio is not None for r in rows)
     console.print(f"geometric mean of torch/jax: {_fmt(gm, '.2f') or 'n/a'} over {count} rows (> 1: JAX faster)")
+    console.print(
+        f"JAX CPU dispatch: {'asynchronous (worker thread)' if ASYNC_DISPATCH else 'inline (caller thread)'}; "
+        f"CPU cores used: {sorted(os.sched_getaffinity(0))}"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -194,6 +210,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cases", type=int, default=16, help="inputs(n) per DyNN example (default 16)")
     p.add_argument("--file", action="append", default=[], metavar="PATH", help="also this static example file")
     p.add_argument("--json", metavar="OUT", help="also write the rows as JSON")
+    p.add_argument(
+        "--async-dispatch", action="store_true", help="keep JAX's default asynchronous CPU dispatch (see above)"
+    )
+    p.add_argument("--no-pin", action="store_true", help="do not pin the process to one CPU core")
     ns = p.parse_args(argv)
     console = Console()
     if not console.is_terminal:  # piped or redirected: no terminal width to fit, keep the table whole
@@ -210,7 +230,8 @@ def main(argv: list[str] | None = None) -> int:
     render(rows, gm, console)
     if ns.json:
         meta = {"torch": torch.__version__, "jax": jax.__version__, "runs": ns.runs, "warmup": ns.warmup,
-                "xla_flags": os.environ["XLA_FLAGS"], "torch_threads": torch.get_num_threads()}
+                "xla_flags": os.environ["XLA_FLAGS"], "torch_threads": torch.get_num_threads(),
+                "jax_cpu_async_dispatch": ASYNC_DISPATCH, "cpus": sorted(os.sched_getaffinity(0))}
         Path(ns.json).write_text(json.dumps({"meta": meta, "rows": [asdict(r) for r in rows], "geomean": gm}, indent=2))
     return 0
 

@@ -14,6 +14,7 @@ if TYPE_CHECKING:  # the report stage comes after runtime; only its type is name
     from dycl_jax.report.record import ConversionReport
 
 FlatFn = Callable[[list[Any], list[Any]], tuple[Any, ...]]
+_RAW_VALUE = nnx.Variable.get_raw_value
 
 
 class JaxModel:
@@ -47,13 +48,12 @@ class JaxModel:
         self._trace_call = jax.jit(traced) if jit else traced
 
     def __call__(self, *args: Any) -> Any:
-        tensors = self.signature.bind(args)
-        outs = self._call(self._state_values(), tensors)
-        return self.signature.unflatten(outs)
+        # the hot path: the checks in bind() are remembered per input shape (signature.py)
+        return self.signature.unflatten(self._call(self._state_values(), self.signature.bind(args)))
 
     def _state_values(self) -> list[Any]:
         # get_raw_value: the stored array itself; `.value`/get_value copy and warn (~10 µs each)
-        return [v.get_raw_value() for v in self._variables]
+        return list(map(_RAW_VALUE, self._variables))
 
     def apply(self, state: nnx.State, *args: Any) -> Any:
         """Pure and jittable: the method's result given `state` (as from `nnx.state(jm.module)`).
