@@ -11,6 +11,8 @@ from typing import Any, Iterator
 
 import torch
 
+from dycl_jax.analysis.closures import closure_hazards
+from dycl_jax.errors import DyclError
 from dycl_jax.analysis.dynamism import constructs, needs_rewrite
 from dycl_jax.analysis.scopes import function_locals
 from dycl_jax.rewrite import codegen, lifting, pipeline
@@ -77,6 +79,14 @@ def _rewrite(fn: types.FunctionType, helper_cells: dict[str, types.CellType], up
     if key in _CACHE:
         return _CACHE[key]
     src = read_function(fn)
+    for hazard in closure_hazards(src.tree):
+        raise DyclError(
+            f"nested function `{hazard.function}` reads `{hazard.variable}`, which the construct at line "
+            f"{hazard.construct_line} reassigns and also calls `{hazard.function}` inside; once that construct is converted its "
+            f"body runs as a separate function, so `{hazard.function}` would see the old `{hazard.variable}`",
+            location=src.location(hazard.line),
+            fix=f"pass `{hazard.variable}` to `{hazard.function}` as an argument",
+        )
     original = copy.deepcopy(src.tree)
     ctx = Context(src, helpers=helper_cells)
     tree = pipeline.run(ctx, upto)

@@ -1,0 +1,79 @@
+"""Finds nested functions whose closure would go stale once the enclosing branches are rewritten."""
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+
+_COMPOUND = (ast.If, ast.While, ast.For, ast.AsyncFor)
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
+
+
+@dataclass(frozen=True)
+class ClosureHazard:
+    """`function` (defined at `line`) reads `variable`, which the construct at `construct_line`
+    reassigns before calling it."""
+
+    function: str
+    variable: str
+    line: int
+    construct_line: int
+
+
+def _walk_scope(node: ast.AST):
+    """Nodes of one scope, not descending into nested functions or classes."""
+    stack = list(ast.iter_child_nodes(node))
+    while stack:
+        n = stack.pop()
+        yield n
+        if not isinstance(n, _SCOPES):
+            stack.extend(ast.iter_child_nodes(n))
+
+
+def _free_reads(fn: ast.FunctionDef | ast.Lambda) -> set[str]:
+    args = fn.args
+    params = {a.arg for a in [*args.posonlyargs, *args.args, *args.kwonlyargs]}
+    params |= {a.arg for a in (args.vararg, args.kwarg) if a is not None}
+    body = fn.body if isinstance(fn.body, list) else [fn.body]
+    loads, stores = set(), set(params)
+    for stmt in body:
+        for n in [stmt, *ast.walk(stmt)]:
+            if isinstance(n, ast.Name):
+                (loads if isinstance(n.ctx, ast.Load) else stores).add(n.id)
+    return loads - stores
+
+
+def _nested_functions(scope: ast.FunctionDef) -> dict[str, tuple[ast.AST, set[str]]]:
+    found: dict[str, tuple[ast.AST, set[str]]] = {}
+    for n in _walk_scope(scope):
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            found[n.name] = (n, _free_reads(n))
+        elif isinstance(n, ast.Assign) and isinstance(n.value, ast.Lambda):
+            for t in n.targets:
+                if isinstance(t, ast.Name):
+                    found[t.id] = (n, _free_reads(n.value))
+    return found
+
+
+def closure_hazards(scope: ast.FunctionDef) -> list[ClosureHazard]:
+    """Nested functions defined outside an if/while/for that call sites inside it reach after
+    the construct reassigned a variable they close over.
+
+    Rewritten branch and loop bodies become functions that receive and return their variables,
+    so the enclosing cell is updated only after the construct ends: a closure called inside it
+    would still see the old value. Reported conservatively (any such call inside the construct).
+    """
+    nested = _nested_functions(scope)
+    hazards = []
+    for construct in _walk_scope(scope):
+        if not isinstance(construct, _COMPOUND):
+            continue
+        inner = [n for stmt in construct.body + construct.orelse for n in [stmt, *_walk_scope(stmt)]]
+        stored = {n.id for n in inner if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+        called = {n.id for n in inner if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+        for name in sorted(called & set(nested)):
+            node, free = nested[name]
+            if node in inner:  # defined inside the construct: it closes over the branch's own locals
+                continue
+            for var in sorted(free & stored):
+                hazards.append(ClosureHazard(name, var, node.lineno, construct.lineno))
+    return hazards
