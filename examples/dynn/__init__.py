@@ -74,3 +74,30 @@ def seeded(seed: int) -> contextlib.AbstractContextManager:
             torch.manual_seed(seed)
             yield
     return scope()
+
+
+def image_inputs(n: int, seed: int = 0, *, log_scale: tuple[float, float] = (-1.0, 1.0),
+                 texture: float = 0.2, noise_every_other: bool = True) -> list[tuple]:
+    """``n`` one-image argument tuples (1x3x16x16) at random scales exp(U(log_scale)).
+
+    Textured noise (every other input, if ``noise_every_other``) and flat colour patches with
+    some texture on top move pooled features, and so the models' gates and exits, to both
+    sides of their decision boundaries.
+    """
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for i in range(n):
+        scale = float(torch.exp(torch.empty(()).uniform_(*log_scale, generator=g)))
+        if noise_every_other and i % 2 == 0:
+            x = torch.randn(1, 3, 16, 16, generator=g)
+        else:
+            x = torch.randn(1, 3, 1, 1, generator=g) + texture * torch.randn(1, 3, 16, 16, generator=g)
+        out.append((x * scale,))
+    return out
+
+
+def blocks_ran(model: nn.Module, args: tuple, names: tuple[str, ...]) -> tuple:
+    """``(name, ran)`` for each named submodule: whether one call of ``model`` executed it."""
+    with torch.no_grad(), count_calls(model, list(names)) as calls:
+        model(*args)
+    return tuple((name, calls[name] > 0) for name in names)

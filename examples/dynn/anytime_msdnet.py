@@ -6,7 +6,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from examples.dynn import seeded
+from examples.dynn import image_inputs, seeded
 
 
 class ConvBasic(nn.Module):
@@ -139,16 +139,7 @@ def example() -> tuple[nn.Module, tuple]:
 
 
 def inputs(n: int, seed: int = 0) -> list[tuple]:
-    g = torch.Generator().manual_seed(seed)
-    out = []
-    for i in range(n):
-        scale = float(torch.exp(torch.empty(()).uniform_(-1.0, 1.5, generator=g)))
-        if i % 2 == 0:
-            x = torch.randn(1, 3, 16, 16, generator=g)
-        else:
-            x = torch.randn(1, 3, 1, 1, generator=g) + 0.2 * torch.randn(1, 3, 16, 16, generator=g)
-        out.append((x * scale,))
-    return out
+    return image_inputs(n, seed, log_scale=(-1.0, 1.5))
 
 
 def path_of(model: nn.Module, args: tuple) -> tuple:

@@ -6,7 +6,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from examples.dynn import count_calls, seeded
+from examples.dynn import blocks_ran, image_inputs, seeded
 
 
 def conv3x3(in_planes, out_planes, stride=1):
@@ -129,17 +129,8 @@ def example() -> tuple[nn.Module, tuple]:
 
 
 def inputs(n: int, seed: int = 0) -> list[tuple]:
-    # flat colour patches of random sign and scale, with some texture on top
-    g = torch.Generator().manual_seed(seed)
-    out = []
-    for i in range(n):
-        scale = float(torch.exp(torch.empty(()).uniform_(-1.0, 1.5, generator=g)))
-        x = torch.randn(1, 3, 1, 1, generator=g) + 0.5 * torch.randn(1, 3, 16, 16, generator=g)
-        out.append((x * scale,))
-    return out
+    return image_inputs(n, seed, log_scale=(-1.0, 1.5), texture=0.5, noise_every_other=False)
 
 
 def path_of(model: nn.Module, args: tuple) -> tuple:
-    with torch.no_grad(), count_calls(model, list(BLOCKS)) as calls:
-        model(*args)
-    return tuple((name, calls[name] > 0) for name in BLOCKS)
+    return blocks_ran(model, args, BLOCKS)

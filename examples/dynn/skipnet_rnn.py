@@ -6,7 +6,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from examples.dynn import count_calls, seeded
+from examples.dynn import blocks_ran, image_inputs, seeded
 from examples.dynn.skipnet_ff import BasicBlock, conv3x3
 
 
@@ -121,20 +121,8 @@ def example() -> tuple[nn.Module, tuple]:
 
 
 def inputs(n: int, seed: int = 0) -> list[tuple]:
-    # textured noise and flat colour patches at random scales
-    g = torch.Generator().manual_seed(seed)
-    out = []
-    for i in range(n):
-        scale = float(torch.exp(torch.empty(()).uniform_(-1.0, 1.0, generator=g)))
-        if i % 2 == 0:
-            x = torch.randn(1, 3, 16, 16, generator=g)
-        else:
-            x = torch.randn(1, 3, 1, 1, generator=g) + 0.2 * torch.randn(1, 3, 16, 16, generator=g)
-        out.append((x * scale,))
-    return out
+    return image_inputs(n, seed)
 
 
 def path_of(model: nn.Module, args: tuple) -> tuple:
-    with torch.no_grad(), count_calls(model, list(GATED)) as calls:
-        model(*args)
-    return tuple((name, calls[name] > 0) for name in GATED)
+    return blocks_ran(model, args, GATED)
