@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import contextlib
+import inspect
 import logging
+import time
 import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -113,8 +115,6 @@ def capture(
     decompose: Callable[[ExportedProgram], ExportedProgram] | None = None,
 ) -> CapturedProgram:
     """Export `model.<method>(*example_args)` and decompose it to core ATen."""
-    import time
-
     if not callable(getattr(model, method, None)):
         raise DyclError(f"{type(model).__name__} has no method {method!r}", fix="pass method=<name of a method>")
     leaves, spec = pytree.tree_flatten(tuple(example_args))
@@ -213,8 +213,6 @@ def _state_entries(ep: ExportedProgram) -> list[StateEntry]:
 
 def _leaf_names(model: torch.nn.Module, method: str, example_args: tuple[Any, ...]) -> list[str]:
     """A readable name per argument leaf: the parameter name, then the path inside it."""
-    import inspect
-
     try:
         params = list(inspect.signature(getattr(model, method)).parameters)
     except (TypeError, ValueError):

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import linecache
 import copy
 import dataclasses
 import types
@@ -19,7 +20,7 @@ from dycl_jax.rewrite import codegen, lifting, pipeline
 from dycl_jax.rewrite.operators import staging, tracing  # noqa: F401  (re-exported for the capture stage)
 from dycl_jax.rewrite.templates import Context, user_scopes
 from dycl_jax.source import discover as disc
-from dycl_jax.source.reader import read_function
+from dycl_jax.source.reader import read_function, unwrap
 
 
 class RewriteWarning(UserWarning):
@@ -50,8 +51,6 @@ class FunctionRecord:
 
     @property
     def source(self) -> str:
-        import linecache
-
         return "".join(linecache.getlines(self.generated))
 
 
@@ -159,8 +158,6 @@ def rewritten(model: torch.nn.Module, method: str = "forward") -> Iterator[Rewri
     """Patch `model.<method>` and every user method it reaches with its rewritten version
     (on these instances only, restored on exit); yields what was rewritten."""
     if not callable(getattr(model, method, None)):
-        from dycl_jax.errors import DyclError
-
         raise DyclError(f"{type(model).__name__} has no method {method!r}", fix="pass method=<name of a method>")
     targets, done = _plan(model, method)
     names = {id(m): n or "<model>" for n, m in model.named_modules()}
@@ -210,6 +207,4 @@ def run_torch_trace(model: torch.nn.Module, method: str, args: Any) -> tuple[Any
 def rewrite_function(fn: Any, upto: str | None = None) -> types.FunctionType:
     """The rewritten version of one function or method (no helper substitution, no patching);
     `upto` stops after that converter of the pipeline (for testing one converter at a time)."""
-    from dycl_jax.source.reader import unwrap
-
     return _rewrite(unwrap(fn), {}, upto).fn

@@ -32,9 +32,6 @@ def recording(callback: Callable[[str, Any], None]) -> Iterator[None]:
         _RECORDER.reset(token)
 
 
-# The rewrite stage stages an elif chain as nested torch.cond on a path index that every cond
-# of the chain receives as operand 0 (`cond(idx == k, path k, rest of chain)`). A trace reports
-# the chain once, as that index, like the torch side does; the inner conds stay silent.
 _DIFFERENTIABLE: contextvars.ContextVar[bool] = contextvars.ContextVar("dycl_differentiable", default=False)
 
 
@@ -53,10 +50,13 @@ def differentiable() -> Iterator[None]:
         _DIFFERENTIABLE.reset(token)
 
 
+# The rewrite stage stages an elif chain as nested torch.cond on a path index that every cond
+# of the chain receives as operand 0 (`cond(idx == k, path k, rest of chain)`). A trace reports
+# the chain once, as that index, like the torch side does; the inner conds stay silent.
 _IN_CHAIN: contextvars.ContextVar[str | None] = contextvars.ContextVar("dycl_in_chain", default=None)
 
 
-def _record(kind: str, value: jax.Array) -> None:
+def _record(value: jax.Array) -> None:
     recorder = _RECORDER.get()
     if recorder is None:
         return
@@ -86,7 +86,6 @@ def _check_same(outs_t: Any, outs_f: Any, true_graph: LoweredGraph, false_graph:
                 f"branch output {i} is {a.dtype}{list(a.shape)} on the true branch{_origin(true_graph, i)} "
                 f"but {b.dtype}{list(b.shape)} on the false branch{_origin(false_graph, i)}; "
                 "a staged program needs both alike",
-                location=None,
                 fix="make both paths produce the same shape and dtype (e.g. pad), or use the dispatch host",
             )
 
@@ -100,15 +99,20 @@ def cond(pred: Any, true_graph: LoweredGraph, false_graph: LoweredGraph, operand
     if not origins.is_decision(site):
         pass  # an internal exit-flag guard of the rewrite, not a user decision
     elif not chain:
-        _record("if", p)
+        _record(p)
     elif _IN_CHAIN.get() != site:
-        _record("elif", jnp.asarray(operands[0]))
-    shapes_t = jax.eval_shape(lambda ops: true_graph(*ops), operands)
-    shapes_f = jax.eval_shape(lambda ops: false_graph(*ops), operands)
-    _check_same(shapes_t, shapes_f, true_graph, false_graph)
+        _record(jnp.asarray(operands[0]))
     token = _IN_CHAIN.set(site if chain else None)
     try:
         return jax.lax.cond(p, lambda ops: true_graph(*ops), lambda ops: false_graph(*ops), operands)
+    except TypeError:
+        # lax.cond refuses branches that differ in shape or dtype; say which output and where
+        # (checked only on failure: tracing both branches up front again doubles trace time
+        # with every level of nesting)
+        shapes_t = jax.eval_shape(lambda ops: true_graph(*ops), operands)
+        shapes_f = jax.eval_shape(lambda ops: false_graph(*ops), operands)
+        _check_same(shapes_t, shapes_f, true_graph, false_graph)
+        raise
     finally:
         _IN_CHAIN.reset(token)
 
@@ -121,7 +125,7 @@ def while_loop(
 
     def test(carry: tuple[Any, ...]) -> jax.Array:
         p = _pred(cond_graph(*carry, *extra)[0])
-        _record("while", p)
+        _record(p)
         return p
 
     def body(carry: tuple[Any, ...]) -> tuple[Any, ...]:
