@@ -202,7 +202,7 @@ def _parser() -> argparse.ArgumentParser:
     c = sub.add_parser("convert", help="convert the model an example file returns and report on it")
     c.add_argument("path", help="file.py or file.py:function; the function returns (model, args)")
     c.add_argument("--method", default="forward", help="method to convert (default: forward)")
-    c.add_argument("--host", default="auto", choices=["auto", "staged"], help="how control flow runs")
+    c.add_argument("--host", default="auto", choices=["auto", "staged", "dispatch"], help="how control flow runs")
     c.add_argument(
         "--check", type=int, default=16, metavar="N", help="also compare on inputs(N) if the file defines it"
     )

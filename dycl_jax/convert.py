@@ -2,23 +2,26 @@
 from __future__ import annotations
 
 import time
+import warnings
 from typing import Any, Callable
 
 import jax
 import torch
+import torch.utils._pytree as pytree
 
 import dycl_jax.lower.ops  # noqa: F401  (registers every lowering)
-from dycl_jax.capture.export import capture
-from dycl_jax.errors import DyclError
+from dycl_jax.capture.export import StateEntry, TensorSpec, _leaf_names, capture
+from dycl_jax.errors import DyclError, UnsupportedOpError
+from dycl_jax.host.dispatch import DispatchHost
+from dycl_jax.host.select import HOSTS, dispatch_reason, staged_refusal
 from dycl_jax.host.staged import staged_fn
 from dycl_jax.lower.interpreter import LoweredGraph
 from dycl_jax.report.build import build_report
-from dycl_jax.rewrite.api import rewritten, staging
+from dycl_jax.report.dispatch import build_dispatch_report
+from dycl_jax.rewrite.api import dispatch_plan, rewritten, staging
 from dycl_jax.runtime.model import JaxModel
 from dycl_jax.runtime.signature import CallSignature
 from dycl_jax.runtime.state import build_module
-
-HOSTS = ("auto", "staged")
 
 
 def to_jax(
@@ -32,7 +35,9 @@ def to_jax(
 ) -> JaxModel:
     """Convert `model.<method>` to JAX. Non-tensor leaves of `example_args` are baked in.
 
-    `progress`, if given, is called with the name of each stage as it starts.
+    host: "staged" (one XLA program), "dispatch" (control flow in Python around jitted
+    regions, exact for data-dependent shapes) or "auto" (staged if the whole method stages,
+    else dispatch). `progress`, if given, is called with the name of each stage as it starts.
     """
     step = progress or (lambda stage: None)
     if not isinstance(model, torch.nn.Module):
@@ -40,6 +45,21 @@ def to_jax(
     if host not in HOSTS:
         raise DyclError(f"unknown host {host!r}", fix=f"use one of {', '.join(HOSTS)}")
     args = example_args if isinstance(example_args, tuple) else (example_args,)
+    reason = None
+    if host != "dispatch":
+        try:
+            return _staged(model, args, method, dynamic_batch, step)
+        except UnsupportedOpError:
+            raise  # a missing lowering is the same under either host
+        except DyclError as exc:  # the method does not stage as one program (our own bugs propagate)
+            if host == "staged":
+                raise staged_refusal(exc) from exc
+            reason = dispatch_reason(exc)
+    return _dispatch(model, args, method, step, reason)
+
+
+def _staged(model: torch.nn.Module, args: tuple, method: str, dynamic_batch: bool,
+            step: Callable[[str], None]) -> JaxModel:
     t0 = time.perf_counter()
     # The rewritten method (and every user method it reaches) is patched in only while
     # torch.export runs; staging() makes tensor predicates emit torch.cond/while_loop.
@@ -59,4 +79,38 @@ def to_jax(
     t3 = time.perf_counter()
     timings = {"capture_s": t1 - t0, "lower_s": t2 - t1, "check_s": t3 - t2}
     jm._report = build_report(type(model).__name__, method, jm.host, cap, graph, timings, rewrite_record)
+    return jm
+
+
+def _dispatch(model: torch.nn.Module, args: tuple, method: str, step: Callable[[str], None],
+              reason: str | None) -> JaxModel:
+    t0 = time.perf_counter()
+    step("rewrite (dispatch)")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the staged attempt (or its absence) already warned once
+        plan = dispatch_plan(model, method)
+    entries = [StateEntry(p, "param", t.detach()) for p, t in model.named_parameters()]
+    entries += [StateEntry(p, "buffer", t) for p, t in model.named_buffers()]
+    module, variables = build_module(entries)
+    paths = [e.path for e in entries]
+    leaves, spec = pytree.tree_flatten(args)
+    index = [i for i, v in enumerate(leaves) if isinstance(v, torch.Tensor)]
+    names = _leaf_names(model, method, args)
+    # shapes may change from call to call: the host compiles each signature it meets
+    inputs = [TensorSpec(names[i], (None,) * leaves[i].dim(), leaves[i].dtype) for i in index]
+    signature = CallSignature(inputs, spec, leaves, index, pytree.tree_structure(0))
+    dispatch = DispatchHost(model, method, plan, paths, leaves, spec, index)
+    jm = JaxModel(module, variables, paths, dispatch, signature, "dispatch", jit=False, structured=True)
+    t1 = time.perf_counter()
+    step("compile the example's path")
+    was_training = model.training
+    model.eval()
+    try:
+        jm(*args)  # regions on the example's path are captured and compiled now; others on first use
+    finally:
+        model.train(was_training)
+    t2 = time.perf_counter()
+    timings = {"rewrite_s": t1 - t0, "first_call_s": t2 - t1}
+    jm._report_builder = lambda: build_dispatch_report(type(model).__name__, method, dispatch, jm.signature,
+                                                       entries, timings, plan.record, reason)
     return jm

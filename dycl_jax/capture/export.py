@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import io
 import logging
 import time
 import warnings
@@ -14,6 +15,7 @@ import torch.utils._pytree as pytree
 from torch.export import Dim, ExportedProgram
 from torch.export.graph_signature import InputKind, OutputKind
 
+from dycl_jax.capture.shims import capture_shims
 from dycl_jax.errors import CaptureError, DyclError
 
 _PREFIX = "m."  # the user's module sits at `m` inside the wrapper below
@@ -164,7 +166,9 @@ def _quiet_torch_logs():
     for lg in loggers:
         lg.setLevel(logging.CRITICAL)
     try:
-        yield
+        # ... and prints the partial graph of a failed export to stderr
+        with contextlib.redirect_stderr(io.StringIO()), capture_shims():
+            yield
     finally:
         for lg, level in zip(loggers, levels):
             lg.setLevel(level)

@@ -58,6 +58,12 @@ class ConversionReport:
     # filled by whoever runs torch and JAX side by side (`dycl-jax convert`): cases,
     # float_outputs, max_abs_diff, int_outputs, int_match_rate
     parity: dict[str, float] = field(default_factory=dict)
+    # dispatch host: why it was chosen, which statements run on the host (and why), and how
+    # many graphs were captured and XLA executables compiled so far
+    dispatch_reason: str = ""
+    host_statements: list[str] = field(default_factory=list)
+    captures: int = 0
+    compilations: int = 0
 
 
 def report_to_dict(report: ConversionReport) -> dict:

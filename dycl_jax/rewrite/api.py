@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import inspect
 import linecache
 import copy
 import dataclasses
@@ -73,8 +74,10 @@ class _Rewritten:
 _CACHE: dict[tuple, _Rewritten] = {}
 
 
-def _rewrite(fn: types.FunctionType, helper_cells: dict[str, types.CellType], upto: str | None = None) -> _Rewritten:
-    key = (fn.__code__, id(fn.__globals__), tuple(sorted((k, id(v)) for k, v in helper_cells.items())), upto)
+def _rewrite(fn: types.FunctionType, helper_cells: dict[str, types.CellType], upto: str | None = None,
+             dispatch: bool = False) -> _Rewritten:
+    key = (fn.__code__, id(fn.__globals__), tuple(sorted((k, id(v)) for k, v in helper_cells.items())), upto,
+           dispatch)
     if key in _CACHE:
         return _CACHE[key]
     src = read_function(fn)
@@ -88,11 +91,12 @@ def _rewrite(fn: types.FunctionType, helper_cells: dict[str, types.CellType], up
         )
     original = copy.deepcopy(src.tree)
     ctx = Context(src, helpers=helper_cells)
-    tree = pipeline.run(ctx, upto)
+    tree = pipeline.run(ctx, upto, dispatch=dispatch)
     new_fn, filename, _ = codegen.build(ctx, tree)
     record = FunctionRecord(fn.__qualname__, src.file, src.line, filename, warnings=list(ctx.warnings))
     for site in ctx.sites:
-        record.sites.append(SiteRecord(site.kind, site.label, site.line))
+        if site.kind != "region":
+            record.sites.append(SiteRecord(site.kind, site.label, site.line))
     for scope in user_scopes(original):
         for c in constructs(scope, function_locals(scope)):
             if c.static and c.kind in ("if", "while", "ifexp"):
@@ -120,7 +124,8 @@ def _referenced(fn: types.FunctionType, rewritten: dict[types.FunctionType, Any]
     return names
 
 
-def _plan(model: torch.nn.Module, method: str) -> tuple[list[disc.Target], dict[types.FunctionType, _Rewritten]]:
+def _plan(model: torch.nn.Module, method: str) -> tuple[list[disc.Target], dict[types.FunctionType, _Rewritten],
+                                                        dict[types.FunctionType, types.CellType]]:
     targets, helpers = disc.discover(model, method)
     functions = {t.fn for t in targets} | {h.fn for h in helpers}
     for fn in functions:  # user frames stay in export's stack traces (node → user line)
@@ -144,7 +149,7 @@ def _plan(model: torch.nn.Module, method: str) -> tuple[list[disc.Target], dict[
         done[fn] = _rewrite(fn, {name: cells[h] for name, h in refs.items()})
     for h, cell in cells.items():
         cell.cell_contents = done[h].fn
-    return [t for t in targets if t.fn in done], done
+    return [t for t in targets if t.fn in done], done, cells
 
 
 def _bind(target: disc.Target, fn: types.FunctionType) -> Any:
@@ -159,7 +164,7 @@ def rewritten(model: torch.nn.Module, method: str = "forward") -> Iterator[Rewri
     (on these instances only, restored on exit); yields what was rewritten."""
     if not callable(getattr(model, method, None)):
         raise DyclError(f"{type(model).__name__} has no method {method!r}", fix="pass method=<name of a method>")
-    targets, done = _plan(model, method)
+    targets, done, _ = _plan(model, method)
     names = {id(m): n or "<model>" for n, m in model.named_modules()}
     record = RewriteRecord(type(model).__name__, method)
     records = {fn: dataclasses.replace(rw.record, sites=list(rw.record.sites), warnings=list(rw.record.warnings),
@@ -208,3 +213,61 @@ def rewrite_function(fn: Any, upto: str | None = None) -> types.FunctionType:
     """The rewritten version of one function or method (no helper substitution, no patching);
     `upto` stops after that converter of the pipeline (for testing one converter at a time)."""
     return _rewrite(unwrap(fn), {}, upto).fn
+
+
+# ---------------------------------------------------------------- the dispatch host's two rewrites
+
+Binding = tuple[Any, str, Any]  # (owner, attribute, value to set on the instance)
+
+
+@contextlib.contextmanager
+def patched(bindings: list[Binding]) -> Iterator[None]:
+    """Set instance attributes (methods) for the duration; restored on exit, innermost first."""
+    saved = []
+    try:
+        for owner, attr, value in bindings:
+            d = owner.__dict__
+            saved.append((d, attr, attr in d, d.get(attr)))
+            d[attr] = value
+        yield
+    finally:
+        for d, attr, had, old in reversed(saved):
+            if had:
+                d[attr] = old
+            else:
+                d.pop(attr, None)
+
+
+@dataclass
+class DispatchPlan:
+    """What the dispatch host patches in: the staged rewrite (used inside compiled regions) and
+    the dispatch rewrite (host control flow around regions) of every user method it reaches."""
+
+    staged: list[Binding]
+    dispatch: list[tuple[disc.Target, types.FunctionType]]  # unbound dispatch versions
+    record: RewriteRecord
+
+    @staticmethod
+    def bind(target: disc.Target, fn: Any) -> Binding:
+        return (target.owner, target.attr, _bind(target, fn))
+
+
+def dispatch_plan(model: torch.nn.Module, method: str = "forward") -> DispatchPlan:
+    """Rewrite `model.<method>` and every user method it reaches that branches, for the dispatch host."""
+    if not callable(getattr(model, method, None)):
+        raise DyclError(f"{type(model).__name__} has no method {method!r}", fix="pass method=<name of a method>")
+    staged_targets, staged_done, cells = _plan(model, method)
+    targets, _ = disc.discover(model, method)
+    record = RewriteRecord(type(model).__name__, method)
+    dispatch: list[tuple[disc.Target, types.FunctionType]] = []
+    for target in targets:
+        fn = target.fn
+        top = target.owner is model and target.attr == method  # always a host program, branches or not
+        if not top and (not disc.has_branching(fn.__code__) or inspect.isgeneratorfunction(fn)):
+            continue
+        refs = _referenced(fn, cells)
+        done = _rewrite(fn, {name: cells[h] for name, h in refs.items()}, dispatch=True)
+        dispatch.append((target, done.fn))
+        record.functions.append(done.record)
+    staged = [(t.owner, t.attr, _bind(t, staged_done[t.fn].fn)) for t in staged_targets]
+    return DispatchPlan(staged, dispatch, record)

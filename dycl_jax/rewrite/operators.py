@@ -24,10 +24,11 @@ from dycl_jax.rewrite.plan import Undefined
 from dycl_jax.rewrite.sites import Site
 from dycl_jax.rewrite.exits import ExitOnly, unless, with_dead  # noqa: F401  (unless: called by generated code)
 from dycl_jax.rewrite.values import data, getitem, np_reduce  # noqa: F401  (called by generated code)
+from dycl_jax.rewrite.regions import decide, region  # noqa: F401  (called by dispatch-host code)
 
 __all__ = ["Undefined", "staging", "tracing", "cond", "switch", "ifexp", "while_loop", "and_", "or_", "not_",
            "item", "as_bool", "as_float", "as_int", "stop", "own", "data", "unless",
-           "np_reduce", "getitem"]
+           "np_reduce", "getitem", "region", "decide"]
 
 
 def _pred(p: Any, site: Site) -> torch.Tensor:

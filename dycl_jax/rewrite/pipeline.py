@@ -5,7 +5,7 @@ import ast
 from typing import Callable
 
 from dycl_jax.analysis.scopes import function_locals
-from dycl_jax.rewrite.converters import (helpers, host_values, jump_else, logical, loop_exits, predicates,
+from dycl_jax.rewrite.converters import (dispatch_split, helpers, host_values, jump_else, logical, loop_exits, predicates,
                                          returns, side_effects, structured, super_calls, tensor_data,
                                          ternary, undefined_init)
 from dycl_jax.rewrite.templates import Context, user_scopes
@@ -30,15 +30,26 @@ PIPELINE: list[tuple[str, Callable[[ast.FunctionDef, Context], None]]] = [
 ]
 
 
-def run(ctx: Context, upto: str | None = None) -> ast.FunctionDef:
+# The dispatch host's rewrite: control flow stays Python; simple statements become regions.
+DISPATCH_PIPELINE: list[tuple[str, Callable[[ast.FunctionDef, Context], None]]] = [
+    ("super_calls", super_calls.convert),
+    ("side_effects", side_effects.convert),
+    ("helpers", helpers.convert),
+    ("predicates", predicates.convert),  # static marks; `.item()` in dynamic tests stays a tensor
+    ("dispatch_split", dispatch_split.convert),
+]
+
+
+def run(ctx: Context, upto: str | None = None, dispatch: bool = False) -> ast.FunctionDef:
     """Apply the pipeline (optionally only up to and including converter `upto`) in place."""
-    if upto is not None and upto not in dict(PIPELINE):
+    pipeline = DISPATCH_PIPELINE if dispatch else PIPELINE
+    if upto is not None and upto not in dict(pipeline):
         raise ValueError(f"no converter named {upto!r}")
     tree = ctx.src.tree
     scopes = user_scopes(tree)[::-1]  # nested defs first
     for scope in scopes:  # converters move code into generated functions; these stay the user's locals
         scope._dycl_user_locals = function_locals(scope)  # type: ignore[attr-defined]
-    for stage, convert in PIPELINE:
+    for stage, convert in pipeline:
         for scope in scopes:
             convert(scope, ctx)
         if stage == upto:

@@ -7,6 +7,7 @@ import jax
 from flax import nnx
 
 from dycl_jax.lower.ops.control_flow import differentiable, recording
+from dycl_jax.rewrite.regions import recording_decisions
 from dycl_jax.runtime.signature import CallSignature
 from dycl_jax.runtime.state import flat_values
 
@@ -29,6 +30,7 @@ class JaxModel:
         signature: CallSignature,
         host: str,
         jit: bool = True,
+        structured: bool = False,
     ):
         self.module = module
         self.host = host
@@ -40,6 +42,9 @@ class JaxModel:
         # reuse the device arrays held by `module` (no copy) and see updates made to it.
         self._call = jax.jit(fn) if jit else fn
         self._report: ConversionReport | None = None
+        self._report_builder: Callable[[], ConversionReport] | None = None  # a live report (dispatch host)
+        # the dispatch host returns the method's own output structure; the staged one flat outputs
+        self._unflatten = (lambda outs: outs) if structured else signature.unflatten
         # Decision tracing compiles a second program whose lax ops report to this log; the
         # callback is bound when JAX traces, so it must stay the same object across calls.
         self._trace_log: list[tuple[str, Any]] = []
@@ -49,7 +54,7 @@ class JaxModel:
 
     def __call__(self, *args: Any) -> Any:
         # the hot path: the checks in bind() are remembered per input shape (signature.py)
-        return self.signature.unflatten(self._call(self._state_values(), self.signature.bind(args)))
+        return self._unflatten(self._call(self._state_values(), self.signature.bind(args)))
 
     def _state_values(self) -> list[Any]:
         # get_raw_value: the stored array itself; `.value`/get_value copy and warn (~10 µs each)
@@ -63,7 +68,7 @@ class JaxModel:
         """
         tensors = self.signature.bind(args)
         with differentiable():
-            return self.signature.unflatten(self._fn(flat_values(state, self._paths), tensors))
+            return self._unflatten(self._fn(flat_values(state, self._paths), tensors))
 
     def trace(self, *args: Any) -> tuple[Any, list[tuple[str, Any]]]:
         """Run and return (outputs, decisions): each branch taken and each loop test, in order.
@@ -72,6 +77,10 @@ class JaxModel:
         rewritten torch program yields (see `dycl_jax.rewrite.api.run_torch_trace`).
         """
         tensors = self.signature.bind(args)
+        if self.host == "dispatch":  # decisions are made in Python: the host records them as it goes
+            with recording_decisions() as decisions:
+                outs = self._call(self._state_values(), tensors)
+            return outs, list(decisions)
         self._trace_log.clear()
         with recording(lambda site, value: self._trace_log.append((site, value))):
             outs = self._trace_call(self._state_values(), tensors)
@@ -88,6 +97,8 @@ class JaxModel:
 
     def report(self) -> "ConversionReport":
         """The conversion record (sub-networks, host, ops, timings); render it with dycl_jax.report."""
+        if self._report_builder is not None:
+            return self._report_builder()
         if self._report is None:
             raise RuntimeError("this JaxModel was built without a report")
         return self._report

@@ -5,7 +5,8 @@ Every model module here defines:
 - the model class(es), written without any regard for a converter (``.item()``, Python
   ints for exit ids, ``if tensor:`` conditions, ``break``/``continue``/early ``return``,
   side effects on ``self``, numpy on the side);
-- ``example() -> (model, args)``: a seeded, eval-mode model and one batch-1 argument tuple;
+- ``example() -> (model, args)``: a seeded, eval-mode model and one argument tuple, batch 1
+  unless the module sets ``BATCH``;
 - ``inputs(n, seed=0) -> list[tuple]``: ``n`` argument tuples chosen so that every path in
   ``PATHS`` is taken at least once over ``inputs(50)``;
 - ``PATHS``: the path labels that must all be covered;
@@ -37,11 +38,29 @@ MODELS = (
     "nested_while_if",
 )
 
+# Output shapes or structure depend on the data (decode loops, shape-changing branches,
+# data-dependent indexing), or the forward leans on host-only constructs (numpy on tensor
+# values, Python lists of logged ints): these need per-call dispatch rather than one trace.
+DISPATCH_MODELS = (
+    "captioning",
+    "captioning_teacher",
+    "greedy_nmt",
+    "moe",
+    "shape_branch",
+    "numpy_fallback",
+    "while_modulelist",
+    "skip_logging",
+)
+
+# Control flow on tensors built from Python constants (``torch.tensor(1)`` flags).
+CONSTANT_FLAG_MODELS = ("sdn_published",)
+
 
 def load(name: str) -> ModuleType:
     """The example module ``examples.dynn.<name>``."""
-    if name not in MODELS:
-        raise KeyError(f"unknown example {name!r}; known: {', '.join(MODELS)}")
+    known = MODELS + DISPATCH_MODELS + CONSTANT_FLAG_MODELS
+    if name not in known:
+        raise KeyError(f"unknown example {name!r}; known: {', '.join(known)}")
     return importlib.import_module(f"{__name__}.{name}")
 
 

@@ -1,0 +1,306 @@
+"""Dispatch host: the rewritten program's control flow runs in Python; every region (a run of
+simple statements) runs as a jitted JAX program compiled per input signature, or on the host.
+
+A region is first captured whole. If torch.export or the lowering refuses it (a data-dependent
+shape, a value read with `.item()`, a branch-shape mismatch), it is split where it failed and
+the parts are tried again; a single statement that still fails runs on the host in torch, with
+its tensors converted at the boundary. Every split is an equivalent program (the user's own
+statements, in order), so falling back never changes a result, only where it is computed.
+"""
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import functools
+import types
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import torch
+import torch.utils._pytree as pytree
+
+from dycl_jax.capture.region import capture_call
+from dycl_jax.host import values
+from dycl_jax.host.attributes import DynamicAttributes
+from dycl_jax.host.values import leaf_key
+from dycl_jax.lower.fingerprint import graph_fingerprint
+from dycl_jax.lower.interpreter import LoweredGraph
+from dycl_jax.rewrite import lifting
+from dycl_jax.rewrite.api import DispatchPlan, patched
+from dycl_jax.rewrite.modes import staging
+from dycl_jax.rewrite.regions import RegionSpec, executing, run_statements
+
+# True while a host statement runs in torch: a dispatch-rewritten method called from there
+# converts its tensor arguments to JAX and its results back.
+_IN_TORCH: contextvars.ContextVar[bool] = contextvars.ContextVar("dycl_in_torch", default=False)
+
+
+@contextlib.contextmanager
+def _land(in_torch: bool) -> Iterator[None]:
+    token = _IN_TORCH.set(in_torch)
+    try:
+        yield
+    finally:
+        _IN_TORCH.reset(token)
+
+
+class _NewAttributes(Exception):
+    """A capture found module attributes the program writes: retry with them as state."""
+
+
+@dataclass
+class Compiled:
+    """One captured signature of a part: a shared jitted program plus how to feed and unpack it."""
+
+    fn: Callable  # shared between parts whose graphs have the same fingerprint
+    sources: list[tuple[bool, Any]]  # per state input: (True, index into host state) or (False, constant array)
+    tensor_leaves: list[int]  # which input leaves are the graph's tensor inputs
+    out_tree: Any
+    slots: list[int | None]
+    constants: list[Any]
+
+    def run(self, state: Sequence[Any], leaves: list[Any]) -> Any:
+        inputs = [state[v] if is_state else v for is_state, v in self.sources]
+        outs = self.fn(inputs, [leaves[i] for i in self.tensor_leaves])
+        flat = [outs[s] if s is not None else c for s, c in zip(self.slots, self.constants)]
+        return jax.tree_util.tree_unflatten(self.out_tree, flat)
+
+
+DIRECT = "python"  # a signature with no tensors in or out: the statements run as plain Python
+EAGER = "host"  # the part runs on the host in torch
+
+
+@dataclass
+class Part:
+    """Statements [first, stop) of a region, with the names they take and give."""
+
+    first: int
+    stop: int
+    ins: tuple[str, ...]
+    outs: tuple[str, ...]
+    cache: dict[Any, Any] = field(default_factory=dict)  # signature key -> Compiled | DIRECT | EAGER
+    host_reason: str | None = None  # set once the part must run on the host
+    captures: int = 0
+
+
+@dataclass
+class RegionState:
+    spec: RegionSpec
+    parts: list[Part]
+
+
+def _part(spec: RegionSpec, first: int, stop: int) -> Part:
+    """Inputs: names read before written inside; outputs: names written that later statements
+    of the region, or the code after it, read."""
+    sts = spec.statements
+    defined: set[str] = set()
+    ins: list[str] = []
+    for st in sts[first:stop]:
+        ins += [n for n in st.ins if n not in defined and n not in ins]
+        defined |= set(st.outs)
+    later = set(spec.outs).union(*(st.ins for st in sts[stop:]))
+    return Part(first, stop, tuple(ins), tuple(sorted(defined & later)))
+
+
+class DispatchHost:
+    """Runs a dispatch-rewritten method: `host(state values, tensor inputs) -> outputs`."""
+
+    def __init__(self, root: torch.nn.Module, method: str, plan: DispatchPlan, paths: list[str],
+                 arg_leaves: list[Any], in_spec: pytree.TreeSpec, tensor_index: list[int]):
+        self.root = root
+        self.method = method
+        self.plan = plan
+        self.path_index = {p: i for i, p in enumerate(paths)}
+        self.arg_leaves, self.in_spec, self.tensor_index = arg_leaves, in_spec, tensor_index
+        self.bindings = [DispatchPlan.bind(t, self._entry(fn)) for t, fn in plan.dispatch]
+        self.regions: dict[int, RegionState] = {}
+        self.executables: dict[str, Callable] = {}  # graph fingerprint -> shared jitted program
+        self.graphs: dict[str, LoweredGraph] = {}  # graph fingerprint -> its lowered graph (for the report)
+        self.captures = 0
+        self.attrs = DynamicAttributes(root)
+        self._state: Sequence[Any] = ()
+
+    # ------------------------------------------------------------ calling
+
+    def __call__(self, state: Sequence[Any], tensors: Sequence[Any]) -> Any:
+        leaves = list(self.arg_leaves)
+        for i, t in zip(self.tensor_index, tensors):
+            leaves[i] = values.to_jax(t)
+        args = pytree.tree_unflatten(leaves, self.in_spec)
+        previous, self._state = self._state, state
+        training = self.root.training
+        if training:  # converted models run in eval mode (BatchNorm statistics, no dropout)
+            self.root.eval()
+        try:
+            with executing(self), _land(False), patched(self.bindings), torch.no_grad():
+                return getattr(self.root, self.method)(*args)
+        finally:
+            self._state = previous
+            self.attrs.reset()
+            if training:
+                self.root.train()
+
+    def _entry(self, fn: types.FunctionType) -> Callable:
+        """A dispatch-rewritten function, callable from torch code too (a host statement)."""
+        @functools.wraps(fn)
+        def enter(*args: Any, **kwargs: Any) -> Any:
+            if not _IN_TORCH.get():
+                return fn(*args, **kwargs)
+            args, kwargs = values.tree_to_jax((args, kwargs))
+            with _land(False):
+                return values.tree_to_torch(fn(*args, **kwargs))
+        return enter
+
+    def _capture_context(self) -> contextlib.AbstractContextManager:
+        stack = contextlib.ExitStack()
+        # inside torch.export, regions run as plain Python and user methods as their staged rewrite
+        stack.enter_context(executing(None))
+        stack.enter_context(_land(False))
+        stack.enter_context(patched(self.plan.staged))
+        stack.enter_context(staging())
+        stack.enter_context(lifting.lifted(self.root))
+        return stack
+
+    # ------------------------------------------------------------ regions
+
+    def run_region(self, spec: RegionSpec, fns: Sequence[Callable], vals: tuple) -> tuple:
+        st = self.regions.get(id(spec))
+        if st is None:
+            st = self.regions[id(spec)] = RegionState(spec, [_part(spec, 0, len(spec.statements))])
+        if len(st.parts) == 1 and st.parts[0].ins == spec.ins:
+            return self._run_part(st, st.parts[0], fns, vals)
+        env = dict(zip(spec.ins, vals))
+        self._run_parts(st, list(st.parts), fns, env)
+        return tuple(env[n] for n in spec.outs)
+
+    def _run_parts(self, st: RegionState, parts: list[Part], fns: Sequence[Callable], env: dict) -> None:
+        for part in parts:
+            outs = self._run_part(st, part, fns, tuple(env[n] for n in part.ins))
+            env.update(zip(part.outs, outs))
+
+    def _run_part(self, st: RegionState, part: Part, fns: Sequence[Callable], vals: tuple) -> tuple:
+        while True:
+            try:
+                return self._run_part_once(st, part, fns, vals)
+            except _NewAttributes:
+                continue  # the signature now includes the attributes just found: capture again
+
+    def _run_part_once(self, st: RegionState, part: Part, fns: Sequence[Callable], vals: tuple) -> tuple:
+        attrs = self.attrs.read() if self.attrs.slots else None
+        leaves, tree = jax.tree_util.tree_flatten((vals, attrs))
+        leaves = [values.to_jax(v) if isinstance(v, (torch.Tensor, np.ndarray)) else v for v in leaves]
+        key = (tree, tuple(map(leaf_key, leaves)))
+        entry = part.cache.get(key)
+        if isinstance(entry, Compiled):
+            outs, new_attrs = entry.run(self._state, leaves)
+        elif entry == DIRECT:
+            return run_statements(st.spec, fns[part.first:part.stop], vals, part.ins, part.outs, part.first)
+        elif entry == EAGER or part.host_reason is not None:
+            part.cache[key] = EAGER
+            outs, new_attrs = self._eager(st.spec, part, fns, leaves, tree)
+        else:
+            return self._first_call(st, part, fns, vals, leaves, tree, key)
+        if attrs is not None:
+            self.attrs.write(new_attrs)
+        return outs
+
+    def _body(self, spec: RegionSpec, part: Part, fns: Sequence[Callable]) -> Callable:
+        """The part as one function of (values, attribute values) -> (outputs, attribute values)."""
+        def body(vals: tuple, attrs: tuple | None) -> tuple:
+            if attrs is not None:
+                self.attrs.write(attrs)
+            outs = run_statements(spec, fns[part.first:part.stop], vals, part.ins, part.outs, part.first)
+            return outs, (self.attrs.read() if attrs is not None else None)
+        return body
+
+    def _eager(self, spec: RegionSpec, part: Part, fns: Sequence[Callable], leaves: list, tree: Any) -> tuple:
+        vals, attrs = jax.tree_util.tree_unflatten(tree, [values.to_torch(v) for v in leaves])
+        before = self.attrs.snapshot()
+        with _land(True):
+            outs, _ = self._body(spec, part, fns)(vals, attrs)
+        self.attrs.register(self.attrs.changed(before))
+        return values.tree_to_jax(outs), values.tree_to_jax(self.attrs.read())
+
+    def _first_call(self, st: RegionState, part: Part, fns: Sequence[Callable], vals: tuple, leaves: list,
+                    tree: Any, key: Any) -> tuple:
+        spec = st.spec
+        if not any(isinstance(v, jax.Array) for v in leaves):
+            # no tensor in: run it as Python; if no tensor comes out and no attribute changes, it stays Python
+            probe_vals, probe_attrs = jax.tree_util.tree_unflatten(tree, leaves)
+            before = self.attrs.snapshot()
+            with _land(True):
+                outs, _ = self._body(spec, part, fns)(probe_vals, probe_attrs)
+            quiet = not self.attrs.changed(before)
+            self.attrs.restore(before)
+            if quiet and not any(isinstance(v, torch.Tensor) for v in jax.tree_util.tree_leaves(outs)):
+                part.cache[key] = DIRECT
+                return run_statements(spec, fns[part.first:part.stop], vals, part.ins, part.outs, part.first)
+        torch_args = tuple(jax.tree_util.tree_unflatten(tree, [values.to_torch(v) for v in leaves]))
+        part.captures += 1
+        self.captures += 1
+        before = self.attrs.snapshot()
+        try:
+            try:
+                cap = capture_call(self.root, self._body(spec, part, fns), torch_args, self._capture_context)
+            finally:
+                changes = self.attrs.changed(before)
+                self.attrs.restore(before)
+            if self.attrs.register(changes):
+                raise _NewAttributes()
+            entry = self._compile(spec, cap, leaves)
+            outs, new_attrs = entry.run(self._state, leaves)
+            jax.block_until_ready(jax.tree_util.tree_leaves(outs))
+        except _NewAttributes:
+            raise
+        except Exception as exc:  # noqa: BLE001  (classified below; our own bugs are re-raised)
+            values.reraise_if_internal(exc)
+            return self._fall_back(st, part, fns, vals, leaves, tree, key, exc)
+        part.cache[key] = entry
+        if new_attrs is not None:
+            self.attrs.write(new_attrs)
+        return outs
+
+    def _compile(self, spec: RegionSpec, cap: Any, leaves: list) -> Compiled:
+        graph_fp = graph_fingerprint(cap.ep.graph_module)
+        fn = self.executables.get(graph_fp)
+        if fn is None:
+            graph = self.graphs[graph_fp] = LoweredGraph.build(cap.ep.graph_module, name=spec.label)
+            fn = self.executables[graph_fp] = jax.jit(lambda state, tensors: graph(*state, *tensors))
+        sources: list[tuple[bool, Any]] = []
+        for entry in cap.state:
+            if entry.kind != "constant" and entry.path in self.path_index:
+                sources.append((True, self.path_index[entry.path]))
+            else:
+                sources.append((False, values.to_jax(entry.tensor)))
+        tensor_leaves = [i for i, v in enumerate(leaves) if isinstance(v, jax.Array)]
+        return Compiled(fn, sources, tensor_leaves, cap.out_tree, cap.slots, cap.constants)
+
+    def _fall_back(self, st: RegionState, part: Part, fns: Sequence[Callable], vals: tuple, leaves: list,
+                   tree: Any, key: Any, exc: BaseException) -> tuple:
+        n = part.stop - part.first
+        if n == 1:
+            part.host_reason = values.describe_failure(exc)
+            part.cache[key] = EAGER
+            outs, new_attrs = self._eager(st.spec, part, fns, leaves, tree)
+            if self.attrs.slots:
+                self.attrs.write(new_attrs)
+            return outs
+        # split where it failed (the statement in the traceback), else in halves, and run the pieces
+        k = values.failing_statement(exc, fns[part.first:part.stop])
+        cuts = [part.first, part.first + k, part.first + k + 1, part.stop] if k is not None \
+            else [part.first, part.first + n // 2, part.stop]
+        pieces = [_part(st.spec, a, b) for a, b in zip(cuts, cuts[1:]) if b > a]
+        i = st.parts.index(part)
+        st.parts[i:i + 1] = pieces
+        env = dict(zip(part.ins, vals))
+        self._run_parts(st, pieces, fns, env)
+        return tuple(env[n] for n in part.outs)
+
+    # ------------------------------------------------------------ statistics
+
+    def compilations(self) -> int:
+        """XLA executables built so far (one per distinct graph and input shapes)."""
+        return sum(fn._cache_size() for fn in self.executables.values())

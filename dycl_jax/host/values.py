@@ -1,0 +1,128 @@
+"""Host values of the dispatch host: signature keys, torch <-> JAX conversion at host
+statements, and the classification of why a region could not be compiled."""
+from __future__ import annotations
+
+import types
+from typing import Any, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import torch
+
+from dycl_jax.errors import UnsupportedOpError
+from dycl_jax.lower.dtypes import tensor_to_numpy
+from dycl_jax.rewrite.plan import Undefined
+
+_ARRAY = type(jnp.zeros(()))
+_NONE = type(None)
+_PLAIN = (int, bool, str, bytes, _NONE, torch.dtype, torch.device, range, slice, type(Ellipsis))
+
+
+def leaf_key(v: Any) -> Any:
+    """What a compiled region specialises on: shape and dtype of arrays, value of Python values."""
+    t = type(v)
+    if t is _ARRAY or isinstance(v, jax.Array):
+        return (v.shape, v.dtype)
+    if t in _PLAIN:
+        return (t, v)
+    if t is float:
+        return (t, v.hex())  # NaN equals itself here
+    if t is Undefined:
+        return (t, v.name)
+    if isinstance(v, np.generic):
+        return (t, v.item())
+    if isinstance(v, types.FunctionType):
+        # a nested function made anew on every call: the same code over the same values is one key
+        cells = tuple(leaf_key(c.cell_contents) for c in v.__closure__ or ())
+        return ("fn", v.__code__, cells, id(v.__globals__))
+    if isinstance(v, types.MethodType):
+        return ("method", v.__func__, id(v.__self__))
+    if isinstance(v, tuple):  # namedtuples and the like that pytree did not open
+        return (t, tuple(map(leaf_key, v)))
+    try:
+        hash(v)
+    except TypeError:
+        return ("id", id(v))
+    if isinstance(v, torch.nn.Module) or t.__hash__ is object.__hash__:
+        return ("id", id(v))
+    return (t, v)
+
+
+def to_jax(v: Any) -> Any:
+    """A tensor as the JAX array dycl_jax uses for it (int64 -> int32 with a range check)."""
+    if isinstance(v, jax.Array):
+        return v
+    if isinstance(v, torch.Tensor):
+        return jnp.asarray(tensor_to_numpy(v, "a tensor computed on the host"))
+    if isinstance(v, np.ndarray):
+        return jnp.asarray(tensor_to_numpy(torch.from_numpy(np.ascontiguousarray(v)), "an input array"))
+    return v
+
+
+def to_torch(v: Any) -> Any:
+    """A JAX array as the torch tensor the user's code expects (int32 arrays are torch int64)."""
+    if not isinstance(v, jax.Array):
+        return v
+    a = np.asarray(v)
+    if a.dtype == np.int32:
+        return torch.from_numpy(a.astype(np.int64))
+    if a.dtype == jnp.bfloat16:
+        return torch.from_numpy(a.astype(np.float32)).to(torch.bfloat16)
+    return torch.from_numpy(np.array(a))  # a writable copy: torch code may update it in place
+
+
+def tree_to_jax(tree: Any) -> Any:
+    return jax.tree_util.tree_map(to_jax, tree)
+
+
+def tree_to_torch(tree: Any) -> Any:
+    return jax.tree_util.tree_map(to_torch, tree)
+
+
+# ---------------------------------------------------------------- why a region did not compile
+
+_INTERNAL = (NameError, KeyError, AssertionError, AttributeError, IndexError, UnboundLocalError)
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    out: list[BaseException] = []
+    while exc is not None and exc not in out:
+        out.append(exc)
+        exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
+    return out
+
+
+def reraise_if_internal(exc: BaseException) -> None:
+    """Our own bugs (a NameError raised inside dycl_jax) must surface, never become a fallback;
+    so must a missing lowering, which the user should hear about rather than run in torch."""
+    for e in _chain(exc):
+        if isinstance(e, UnsupportedOpError):
+            raise e
+
+        if isinstance(e, _INTERNAL) and e.__traceback__ is not None:
+            tb = e.__traceback__
+            while tb.tb_next is not None:
+                tb = tb.tb_next
+            if "/dycl_jax/" in tb.tb_frame.f_code.co_filename:
+                raise exc
+
+
+def describe_failure(exc: BaseException, limit: int = 300) -> str:
+    """One line: the innermost informative cause (e.g. torch's data-dependent guard)."""
+    root = _chain(exc)[-1]
+    text = " ".join(str(root).split())
+    return f"{type(root).__name__}: {text[:limit]}{'...' if len(text) > limit else ''}"
+
+
+def failing_statement(exc: BaseException, fns: Sequence[Any]) -> int | None:
+    """Index of the statement function whose frame is in the traceback (outermost first)."""
+    codes = {fn.__code__: i for i, fn in enumerate(fns)}
+    for e in _chain(exc):
+        tb = e.__traceback__
+        while tb is not None:
+            i = codes.get(tb.tb_frame.f_code)
+            if i is not None:
+                return i
+            tb = tb.tb_next
+    return None

@@ -1,0 +1,57 @@
+"""A structural fingerprint of an fx graph: equal for graphs that differ only in which
+parameters they read, so identical sub-networks can share one compiled executable."""
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import torch
+import torch.fx
+
+
+def _meta(node: torch.fx.Node) -> Any:
+    val = node.meta.get("val")
+    if isinstance(val, torch.Tensor):
+        return (tuple(int(d) if isinstance(d, int) else str(d) for d in val.shape), str(val.dtype))
+    if isinstance(val, (list, tuple)):
+        return tuple(_meta_value(v) for v in val)
+    return _meta_value(val)
+
+
+def _meta_value(val: Any) -> Any:
+    if isinstance(val, torch.Tensor):
+        return (tuple(str(d) for d in val.shape), str(val.dtype))
+    return type(val).__name__
+
+
+def _describe(gm: torch.fx.GraphModule, out: list[str]) -> None:
+    index: dict[torch.fx.Node, int] = {}
+
+    def arg(a: Any) -> Any:
+        if isinstance(a, torch.fx.Node):
+            return f"%{index[a]}"
+        if isinstance(a, (list, tuple)):
+            return type(a)(arg(x) for x in a)
+        if isinstance(a, dict):
+            return {k: arg(v) for k, v in a.items()}
+        return repr(a)
+
+    for node in gm.graph.nodes:
+        index[node] = len(index)
+        if node.op == "get_attr":
+            sub = getattr(gm, str(node.target), None)
+            if isinstance(sub, torch.fx.GraphModule):
+                out.append(f"sub{index[node]}{{")
+                _describe(sub, out)
+                out.append("}")
+                continue
+            out.append(f"{index[node]} get_attr {_meta(node)}")
+            continue
+        target = node.target if node.op != "placeholder" else ""  # placeholder names carry parameter paths
+        out.append(f"{index[node]} {node.op} {target} {arg(node.args)} {arg(node.kwargs)} {_meta(node)}")
+
+
+def graph_fingerprint(gm: torch.fx.GraphModule) -> str:
+    lines: list[str] = []
+    _describe(gm, lines)
+    return hashlib.sha256("\n".join(lines).encode()).hexdigest()

@@ -1,0 +1,173 @@
+"""Dispatch split: control flow stays plain Python on the host; every run of simple statements
+between two host decisions becomes one region of per-statement unit functions.
+
+`if t:` becomes `_t = t` (inside the preceding region) and `if _dycl_ops.decide(_t, site):`;
+`while t:` becomes `while True:` testing a region-computed `_t`; `for x in it:` iterates a
+region-computed iterable; `return e` returns a region-computed value. Region inputs are the
+names a run reads before writing them; its outputs the names it writes that are read anywhere
+else in the function (or again by itself, for the next loop iteration).
+"""
+from __future__ import annotations
+
+import ast
+from collections import Counter
+
+from dycl_jax.analysis.scopes import access, function_locals, param_names
+from dycl_jax.rewrite.converters.logical import _Logical
+from dycl_jax.rewrite.regions import RegionSpec, StatementSpec
+from dycl_jax.rewrite.templates import SITES, Context, const, function, locate, name, op_call, set_name, tuple_of
+
+_SIMPLE = (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Expr, ast.Assert)
+
+
+def _has_scope_value(s: ast.stmt) -> bool:
+    # a function object made inside a compiled region would close over trace-time values
+    return any(isinstance(n, (ast.Lambda, ast.Yield, ast.YieldFrom, ast.Await)) for n in ast.walk(s))
+
+
+def _loads(node: ast.AST) -> list[str]:
+    """Every read of a name in `node`, `x += 1` included (its target is a Store in the AST)."""
+    names = [n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)]
+    names += [n.target.id for n in ast.walk(node) if isinstance(n, ast.AugAssign) and isinstance(n.target, ast.Name)]
+    return names
+
+
+def _table(index: int) -> ast.Subscript:
+    return ast.Subscript(value=name(SITES), slice=const(index), ctx=ast.Load())
+
+
+class _Splitter:
+    def __init__(self, scope: ast.FunctionDef, ctx: Context) -> None:
+        self.ctx = ctx
+        self.locals = set(function_locals(scope))
+        self.reads = Counter(_loads(scope))
+
+    # ------------------------------------------------------------ statements
+
+    def block(self, stmts: list[ast.stmt]) -> list[ast.stmt]:
+        out: list[ast.stmt] = []
+        run: list[ast.stmt] = []
+
+        def flush(forced: tuple[str, ...] = ()) -> None:
+            if run:
+                out.extend(self._region(list(run), forced))
+                run.clear()
+
+        for s in stmts:
+            if isinstance(s, _SIMPLE) and not (isinstance(s, ast.AnnAssign) and s.value is None) \
+                    and not _has_scope_value(s):
+                run.append(s)
+            elif isinstance(s, ast.Return) and s.value is not None:
+                tmp = self._temp("ret", s, s.value, run)
+                flush((tmp,))
+                out.append(ast.copy_location(ast.Return(value=name(tmp)), s))
+            elif isinstance(s, ast.If):
+                tmp = self._temp("t", s, self._test(s.test, s), run)
+                flush((tmp,))
+                out.append(ast.copy_location(ast.If(test=self._decide(tmp, s, "if"), body=self.block(s.body) or
+                                                    [ast.Pass()], orelse=self.block(s.orelse)), s))
+            elif isinstance(s, ast.While):
+                flush()
+                out.extend(self._while(s))
+            elif isinstance(s, ast.For):
+                tmp = self._temp("iter", s, s.iter, run)
+                flush((tmp,))
+                out.append(ast.copy_location(ast.For(target=s.target, iter=name(tmp), body=self.block(s.body) or
+                                                     [ast.Pass()], orelse=self.block(s.orelse), type_comment=None), s))
+            else:
+                flush()
+                out.append(self._host(s))
+        flush()
+        return out
+
+    def _host(self, s: ast.stmt) -> ast.stmt:
+        """A statement that runs on the host as written; compound ones get split bodies."""
+        if isinstance(s, (ast.With, ast.Try)):
+            s.body = self.block(s.body) or [ast.Pass()]
+            if isinstance(s, ast.Try):
+                for h in s.handlers:
+                    h.body = self.block(h.body) or [ast.Pass()]
+                s.orelse = self.block(s.orelse)
+                s.finalbody = self.block(s.finalbody)
+        return s
+
+    def _while(self, s: ast.While) -> list[ast.stmt]:
+        # while test: body [else: tail]  ==>  while True: _t = test; if not _t: [_else = True;] break; body
+        tmp = self.ctx.fresh("t")
+        self.locals.add(tmp)
+        test_region = self._region([locate(set_name(tmp, self._test(s.test, s)), s)], (tmp,))
+        stop: list[ast.stmt] = [ast.Break()]
+        pre: list[ast.stmt] = []
+        post: list[ast.stmt] = []
+        if s.orelse:
+            flag = self.ctx.fresh("else")
+            self.locals.add(flag)
+            pre = [set_name(flag, const(False))]
+            stop = [set_name(flag, const(True)), ast.Break()]
+            post = [ast.If(test=name(flag), body=self.block(s.orelse), orelse=[])]
+        check = ast.If(test=ast.UnaryOp(op=ast.Not(), operand=self._decide(tmp, s, "while")), body=stop, orelse=[])
+        loop = ast.While(test=const(True), body=[*test_region, check, *self.block(s.body)], orelse=[])
+        return locate([*pre, loop, *post], s)
+
+    # ------------------------------------------------------------ helpers
+
+    def _temp(self, stem: str, s: ast.stmt, value: ast.expr, run: list[ast.stmt]) -> str:
+        tmp = self.ctx.fresh(stem)
+        self.locals.add(tmp)
+        run.append(locate(set_name(tmp, value), s))
+        return tmp
+
+    @staticmethod
+    def _test(test: ast.expr, s: ast.stmt) -> ast.expr:
+        # only truthiness is used, so `and`/`or`/`not` may become logical ops on tensors
+        if getattr(s, "_dycl_static", False):
+            return test
+        return locate(_Logical().visit(test), s)
+
+    def _decide(self, tmp: str, s: ast.stmt, kind: str) -> ast.expr:
+        if getattr(s, "_dycl_static", False):
+            return name(tmp)
+        site = self.ctx.add_site(kind, s.lineno, (), (), ())
+        return op_call("decide", name(tmp), _table(site))
+
+    def _region(self, run: list[ast.stmt], forced: tuple[str, ...]) -> list[ast.stmt]:
+        """`def _dycl_s_k(ins): stmt; return outs` per statement, then one `region` call."""
+        stmts: list[StatementSpec] = []
+        defs: list[ast.stmt] = []
+        defined: set[str] = set()
+        exposed: list[str] = []
+        run_reads: Counter = Counter()
+        for s in run:
+            acc = access(s)
+            reads = set(acc.reads | acc.mutates)
+            if isinstance(s, ast.AugAssign) and isinstance(s.target, ast.Name):
+                reads.add(s.target.id)
+            ins = sorted(reads & self.locals)
+            outs = sorted(acc.writes & self.locals)
+            run_reads.update(_loads(s))
+            exposed += [n for n in ins if n not in defined and n not in exposed]
+            defined |= set(outs)
+            fn_name = self.ctx.fresh("s")
+            defs.append(locate(function(fn_name, ins, [s], outs), s))
+            stmts.append(StatementSpec(fn_name, tuple(ins), tuple(outs), s.lineno, self.ctx.code(s.lineno)))
+        elsewhere = {n for n, c in self.reads.items() if c > run_reads.get(n, 0)}
+        outs = sorted(n for n in defined if n in elsewhere or n in exposed or n in forced)
+        spec = RegionSpec(self.ctx.src.file, run[0].lineno, tuple(stmts), tuple(exposed), tuple(outs))
+        self.ctx.sites.append(spec)  # type: ignore[arg-type]  (generated code reads specs from the site table)
+        call = op_call("region", _table(len(self.ctx.sites) - 1),
+                       ast.Tuple(elts=[name(st.fn) for st in stmts], ctx=ast.Load()),
+                       tuple_of(list(exposed)))
+        target: ast.stmt = ast.Assign(targets=[tuple_of(outs, store=True)], value=call) if outs else ast.Expr(call)
+        return locate([*defs, target], run[0])
+
+
+def convert(scope: ast.FunctionDef, ctx: Context) -> None:
+    if scope is not ctx.src.tree:
+        return  # nested user functions run as written, inside units or on the host
+    params = param_names(scope)
+    body = _Splitter(scope, ctx).block(scope.body)
+    # regions take their inputs as arguments: a name still unassigned on this path (read only
+    # behind a short-circuit, say) is passed as an Undefined that fails only if it is used
+    unset = sorted(n for n in function_locals(scope) - params if not n.startswith("_dycl_"))
+    init = [locate(set_name(n, op_call("Undefined", const(n))), scope) for n in unset]
+    scope.body = [*init, *body] or [ast.Pass()]

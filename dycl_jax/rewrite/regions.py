@@ -1,0 +1,99 @@
+"""Regions of the dispatch rewrite: their static description, and the `region` / `decide`
+operators generated host code calls. How a region runs (compiled, on the host) is decided by
+an executor the host stage installs; without one, regions run as plain Python (torch eager)."""
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import os
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Protocol, Sequence
+
+from dycl_jax.errors import Location
+from dycl_jax.rewrite.sites import Site
+
+
+@dataclass(frozen=True)
+class StatementSpec:
+    """One simple statement of a region, as the function `fn(*ins) -> outs` generated for it."""
+
+    fn: str
+    ins: tuple[str, ...]
+    outs: tuple[str, ...]
+    line: int
+    code: str
+
+
+@dataclass(frozen=True, eq=False)
+class RegionSpec:
+    """A run of simple statements between two host decisions (identity is the region)."""
+
+    file: str
+    line: int
+    statements: tuple[StatementSpec, ...]
+    ins: tuple[str, ...]
+    outs: tuple[str, ...]
+    kind: str = "region"
+
+    @property
+    def label(self) -> str:
+        return f"region@{os.path.basename(self.file)}:{self.line}"
+
+    @property
+    def location(self) -> Location:
+        return Location(self.file, self.line, self.statements[0].code if self.statements else "")
+
+
+class Executor(Protocol):
+    def run_region(self, spec: RegionSpec, fns: Sequence[Callable], values: tuple) -> tuple: ...
+
+
+_EXECUTOR: contextvars.ContextVar[Executor | None] = contextvars.ContextVar("dycl_executor", default=None)
+_DECISIONS: contextvars.ContextVar[list | None] = contextvars.ContextVar("dycl_host_decisions", default=None)
+
+
+@contextlib.contextmanager
+def executing(executor: Executor | None) -> Iterator[None]:
+    """Regions run through `executor` while active (None: plain Python, e.g. inside a host statement)."""
+    token = _EXECUTOR.set(executor)
+    try:
+        yield
+    finally:
+        _EXECUTOR.reset(token)
+
+
+@contextlib.contextmanager
+def recording_decisions() -> Iterator[list[tuple[str, bool]]]:
+    """Collect (site label, value) for every host decision at a data-dependent site."""
+    decisions: list[tuple[str, bool]] = []
+    token = _DECISIONS.set(decisions)
+    try:
+        yield decisions
+    finally:
+        _DECISIONS.reset(token)
+
+
+def run_statements(spec: RegionSpec, fns: Sequence[Callable], values: Sequence[Any], ins: Sequence[str],
+                   outs: Sequence[str], first: int = 0) -> tuple:
+    """Run statements `fns` (from index `first` of the region) as plain Python over a name environment."""
+    env = dict(zip(ins, values))
+    for st, fn in zip(spec.statements[first:first + len(fns)], fns):
+        env.update(zip(st.outs, fn(*[env[n] for n in st.ins])))
+    return tuple(env[n] for n in outs)
+
+
+def region(spec: RegionSpec, fns: Sequence[Callable], values: tuple) -> tuple:
+    """Generated code's call of a region: `outs = region(spec, statement functions, ins)`."""
+    executor = _EXECUTOR.get()
+    if executor is None:
+        return run_statements(spec, fns, values, spec.ins, spec.outs)
+    return executor.run_region(spec, fns, values)
+
+
+def decide(value: Any, site: Site) -> bool:
+    """A host decision at a data-dependent site: reads the value, records it when tracing."""
+    taken = bool(value)
+    decisions = _DECISIONS.get()
+    if decisions is not None:
+        decisions.append((site.label, taken))
+    return taken
