@@ -264,13 +264,25 @@ class DispatchHost:
         return outs
 
     def _compile(self, spec: RegionSpec, cap: Any, leaves: list) -> Compiled:
-        graph_fp = graph_fingerprint(cap.ep.graph_module)
+        gm = cap.ep.graph_module
+        placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        n_state = len(cap.state)
+        # torch.export lifts every parameter of the model: pass only those the region reads
+        used = [i for i in range(n_state) if placeholders[i].users]
+        graph_fp = graph_fingerprint(gm)
         fn = self.executables.get(graph_fp)
         if fn is None:
-            graph = self.graphs[graph_fp] = LoweredGraph.build(cap.ep.graph_module, name=spec.label)
-            fn = self.executables[graph_fp] = jax.jit(lambda state, tensors: graph(*state, *tensors))
+            graph = self.graphs[graph_fp] = LoweredGraph.build(gm, name=spec.label)
+
+            def run(state: list, tensors: list, graph: LoweredGraph = graph, used: list = used) -> tuple:
+                full: list[Any] = [None] * n_state
+                for i, v in zip(used, state):
+                    full[i] = v
+                return graph(*full, *tensors)
+
+            fn = self.executables[graph_fp] = jax.jit(run)
         sources: list[tuple[bool, Any]] = []
-        for entry in cap.state:
+        for entry in (cap.state[i] for i in used):
             if entry.kind != "constant" and entry.path in self.path_index:
                 sources.append((True, self.path_index[entry.path]))
             else:

@@ -37,6 +37,8 @@ def _describe(gm: torch.fx.GraphModule, out: list[str]) -> None:
         return repr(a)
 
     for node in gm.graph.nodes:
+        if node.op == "placeholder" and not node.users:
+            continue  # export lifts every parameter of the module; only the ones read count
         index[node] = len(index)
         if node.op == "get_attr":
             sub = getattr(gm, str(node.target), None)

@@ -44,6 +44,10 @@ def _header(report: ConversionReport) -> Panel:
     # the output structure is a pytree spec string; one line of it reads best
     outputs = "one tensor" if report.outputs == "*" else " ".join(report.outputs.split())
     body.add_row("host", _t(report.host))
+    if report.host == "dispatch":
+        body.add_row("why dispatch", _t(report.dispatch_reason))
+        body.add_row("compiled", _t(f"{report.captures} region signatures captured, "
+                                    f"{report.compilations} XLA executables"))
     body.add_row("inputs", _t("\n".join(report.inputs) or "(none)"))
     body.add_row("outputs", _t(outputs))
     body.add_row(
@@ -151,6 +155,9 @@ def report_renderable(report: ConversionReport, *, top_ops: int = 12) -> Rendera
         _histogram(report, top_ops),
         _timings(report),
     ]
+    if report.host_statements:
+        text = _t("\n".join(f"• {w}" for w in report.host_statements))
+        parts.append(Panel(text, title="statements run on the host (torch), and why", border_style="cyan"))
     if report.warnings:
         text = _t("\n".join(f"• {w}" for w in report.warnings))
         parts.append(Panel(text, title="warnings", border_style="yellow"))

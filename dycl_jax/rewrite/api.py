@@ -209,10 +209,11 @@ def run_torch_trace(model: torch.nn.Module, method: str, args: Any) -> tuple[Any
     return out, decisions
 
 
-def rewrite_function(fn: Any, upto: str | None = None) -> types.FunctionType:
+def rewrite_function(fn: Any, upto: str | None = None, dispatch: bool = False) -> types.FunctionType:
     """The rewritten version of one function or method (no helper substitution, no patching);
-    `upto` stops after that converter of the pipeline (for testing one converter at a time)."""
-    return _rewrite(unwrap(fn), {}, upto).fn
+    `upto` stops after that converter of the pipeline (for testing one converter at a time);
+    `dispatch` selects the dispatch host's pipeline."""
+    return _rewrite(unwrap(fn), {}, upto, dispatch).fn
 
 
 # ---------------------------------------------------------------- the dispatch host's two rewrites
@@ -271,3 +272,21 @@ def dispatch_plan(model: torch.nn.Module, method: str = "forward") -> DispatchPl
         record.functions.append(done.record)
     staged = [(t.owner, t.attr, _bind(t, staged_done[t.fn].fn)) for t in staged_targets]
     return DispatchPlan(staged, dispatch, record)
+
+
+def run_dispatch_trace(model: torch.nn.Module, method: str, args: Any) -> tuple[Any, list[tuple[str, bool]]]:
+    """Run the dispatch rewrite eagerly in torch (regions as plain Python), recording every host
+    decision at a data-dependent site: the decisions the dispatch host must make too."""
+    from dycl_jax.rewrite.regions import recording_decisions
+
+    args = args if isinstance(args, tuple) else (args,)
+    plan = dispatch_plan(model, method)
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad(), patched([DispatchPlan.bind(t, fn) for t, fn in plan.dispatch]), \
+                recording_decisions() as decisions:
+            out = getattr(model, method)(*args)
+    finally:
+        model.train(was_training)
+    return out, decisions

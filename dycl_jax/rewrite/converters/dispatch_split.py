@@ -15,7 +15,7 @@ from collections import Counter
 from dycl_jax.analysis.scopes import access, function_locals, param_names
 from dycl_jax.rewrite.converters.logical import _Logical
 from dycl_jax.rewrite.regions import RegionSpec, StatementSpec
-from dycl_jax.rewrite.templates import SITES, Context, const, function, locate, name, op_call, set_name, tuple_of
+from dycl_jax.rewrite.templates import OPS, SITES, Context, const, function, locate, name, op_call, set_name, tuple_of
 
 _SIMPLE = (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Expr, ast.Assert)
 
@@ -40,6 +40,7 @@ class _Splitter:
     def __init__(self, scope: ast.FunctionDef, ctx: Context) -> None:
         self.ctx = ctx
         self.locals = set(function_locals(scope))
+        self.params = param_names(scope)
         self.reads = Counter(_loads(scope))
 
     # ------------------------------------------------------------ statements
@@ -124,6 +125,20 @@ class _Splitter:
             return test
         return locate(_Logical().visit(test), s)
 
+    def _unbind(self, ins: list[str]) -> list[ast.stmt]:
+        """`if type(n) is Undefined: del n` for inputs that may be unassigned on this path, so a
+        read of one fails exactly as in Python (UnboundLocalError) instead of passing a placeholder on."""
+        out: list[ast.stmt] = []
+        for n in ins:
+            if n in self.params or n.startswith("_dycl_"):
+                continue
+            test = ast.Compare(left=ast.Call(func=name("type"), args=[name(n)], keywords=[]), ops=[ast.Is()],
+                               comparators=[ast.Attribute(value=name(OPS), attr="Undefined", ctx=ast.Load())])
+            out.append(ast.If(test=test, body=[ast.Delete(targets=[name(n, store=True)])], orelse=[]))
+        for d in out:
+            d.body[0].targets[0].ctx = ast.Del()
+        return out
+
     def _decide(self, tmp: str, s: ast.stmt, kind: str) -> ast.expr:
         if getattr(s, "_dycl_static", False):
             return name(tmp)
@@ -148,7 +163,7 @@ class _Splitter:
             exposed += [n for n in ins if n not in defined and n not in exposed]
             defined |= set(outs)
             fn_name = self.ctx.fresh("s")
-            defs.append(locate(function(fn_name, ins, [s], outs), s))
+            defs.append(locate(function(fn_name, ins, [*self._unbind(ins), s], outs), s))
             stmts.append(StatementSpec(fn_name, tuple(ins), tuple(outs), s.lineno, self.ctx.code(s.lineno)))
         elsewhere = {n for n, c in self.reads.items() if c > run_reads.get(n, 0)}
         outs = sorted(n for n in defined if n in elsewhere or n in exposed or n in forced)

@@ -1,0 +1,126 @@
+"""Dispatch host: every example converts and matches the ORIGINAL torch model on every path."""
+from __future__ import annotations
+
+from collections import defaultdict
+from functools import lru_cache
+
+import numpy as np
+import pytest
+import torch
+import torch.utils._pytree as pytree
+
+import dycl_jax
+from dycl_jax.errors import DyclError
+from dycl_jax.host.dispatch import Compiled
+from dycl_jax.rewrite.api import run_dispatch_trace
+from examples.dynn import DISPATCH_MODELS, MODELS, load
+
+N_INPUTS = 50
+RTOL, ATOL = 1e-4, 1e-4  # float outputs; integer and bool outputs must be equal
+
+
+@lru_cache(maxsize=None)
+def _converted(name: str, host: str):
+    model, args = load(name).example()
+    return model, dycl_jax.to_jax(model, args, host=host)
+
+
+def _leaves(out) -> tuple[list, object]:
+    # numpy scalars and 0-d arrays from either side compare as values
+    return pytree.tree_flatten(out)
+
+
+def _assert_same(want, got, where: str) -> None:
+    w_leaves, w_spec = _leaves(want)
+    g_leaves, g_spec = _leaves(got)
+    assert w_spec == g_spec, f"{where}: output structure {g_spec} != torch's {w_spec}"
+    for i, (w, g) in enumerate(zip(w_leaves, g_leaves)):
+        w = w.detach().numpy() if isinstance(w, torch.Tensor) else np.asarray(w)
+        g = np.asarray(g)
+        assert w.shape == g.shape, f"{where}: leaf {i} shape {g.shape} != {w.shape}"
+        if w.dtype.kind == "f":
+            np.testing.assert_allclose(g, w, rtol=RTOL, atol=ATOL, err_msg=f"{where}: leaf {i}")
+        else:  # tokens, lengths, exit ids: exact
+            np.testing.assert_array_equal(g.astype(np.int64), w.astype(np.int64), err_msg=f"{where}: leaf {i}")
+
+
+@pytest.fixture(autouse=True)
+def _one_torch_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def _check_every_path(name: str, host: str) -> None:
+    mod = load(name)
+    model, jm = _converted(name, host)
+    # decisions of the method itself: a callee's own decisions are made inside a compiled
+    # region (a staged island) by the JAX host but in Python by the torch run
+    top = {site.label for site in jm._fn.plan.record.functions[0].sites}
+    paths: set = set()
+    seen: dict[str, set] = defaultdict(set)
+    for k, args in enumerate(mod.inputs(N_INPUTS)):
+        with torch.no_grad():
+            original = model(*args)
+        got, decisions = jm.trace(*args)
+        _assert_same(original, got, f"{name} input {k} ({host} vs original torch)")
+        if k < 5:  # the dispatch program run in torch decides exactly as the JAX host does
+            rewritten_out, torch_decisions = run_dispatch_trace(model, "forward", args)
+            _assert_same(original, rewritten_out, f"{name} input {k} (dispatch rewrite in torch vs original)")
+            mine = [d for d in decisions if d[0] in top]
+            assert mine == [d for d in torch_decisions if d[0] in top], f"{name} input {k}: host decisions differ"
+        paths.update(mod.path_of(model, args))
+        for site, value in decisions:
+            seen[site].add(value)
+    assert paths == set(mod.PATHS), f"paths never taken: {set(mod.PATHS) - paths}"
+    assert jm.report().compilations >= 1
+
+
+@pytest.mark.parametrize("name", DISPATCH_MODELS)
+def test_auto_dispatches_and_matches_torch(name: str) -> None:
+    model, jm = _converted(name, "auto")
+    assert jm.host == "dispatch"
+    reason = jm.report().dispatch_reason
+    assert f"{name}.py:" in reason, reason  # names the user's construct that needs dispatch
+    _check_every_path(name, "auto")
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_staged_examples_under_dispatch(name: str) -> None:
+    _check_every_path(name, "dispatch")
+
+
+@pytest.mark.parametrize("name", ["captioning", "moe", "shape_branch"])
+def test_second_call_compiles_nothing(name: str) -> None:
+    mod = load(name)
+    _, jm = _converted(name, "auto")
+    args = mod.inputs(3)[2]
+    jm(*args)
+    report = jm.report()
+    jm(*args)
+    again = jm.report()
+    assert (again.captures, again.compilations) == (report.captures, report.compilations)
+
+
+@pytest.mark.parametrize("name", ["shape_branch", "moe", "captioning_teacher"])
+def test_staged_refuses_with_location_and_fix(name: str) -> None:
+    model, args = load(name).example()
+    with pytest.raises(DyclError) as info:
+        dycl_jax.to_jax(model, args, host="staged")
+    err = info.value
+    assert err.location is not None and err.location.file.endswith(f"{name}.py"), err
+    assert 'host="auto"' in (err.fix or "") and 'host="dispatch"' in (err.fix or "")
+    assert "GuardOnDataDependentSymNode" not in str(err)
+
+
+def test_identical_blocks_share_one_executable() -> None:
+    mod = load("skip_logging")
+    _, jm = _converted("skip_logging", "auto")
+    for args in mod.inputs(10):
+        jm(*args)
+    host = jm._fn
+    compiled = [e for st in host.regions.values() for p in st.parts for e in p.cache.values() if isinstance(e, Compiled)]
+    # four blocks of one architecture: four captured signatures, fewer distinct programs
+    assert len(host.executables) < len(compiled), (len(host.executables), len(compiled))
+    assert jm.report().compilations < len(compiled)
