@@ -18,6 +18,9 @@ _TIMING_LABELS = {
     "lower_s": "lowering",
     "check_s": "trace check (eval_shape)",
     "first_call_s": "first call (trace + compile)",
+    "staged_attempt_s": "staged attempt (auto)",
+    "rewrite_s": "dispatch rewrite",
+    "example_path_s": "example's path (capture + compile its regions)",
 }
 
 
