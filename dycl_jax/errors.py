@@ -44,5 +44,10 @@ class CaptureError(DyclError):
     """torch.export could not capture the (rewritten) program."""
 
 
+class InputMutationError(CaptureError):
+    """The method updates one of its inputs (or a buffer) in place: a converted model is a pure
+    function and cannot update the caller's tensors, under either host."""
+
+
 class CallError(DyclError):
     """A converted model was called with arguments that do not match its signature."""

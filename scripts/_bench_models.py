@@ -16,16 +16,22 @@ class Entry:
     """One example file to benchmark."""
 
     name: str
-    kind: str  # "static" (batch 1 and 32) or "dynn" (batch 1 over inputs(n))
+    # "static": batch 1 and 32; "dynn": stages, every host at batch 1 over inputs(n);
+    # "dispatch": needs the dispatch host, torch vs host="auto" at batch 1 over inputs(n)
+    kind: str
     path: Path
 
 
 def discover(dynn: bool, only: str | None = None) -> list[Entry]:
-    """Static examples (examples/*.py) and, with `dynn`, the dynamic ones (examples/dynn/*.py)."""
+    """Static examples (examples/*.py) and, with `dynn`, the dynamic ones listed in examples/dynn."""
     found = [Entry(p.stem, "static", p) for p in sorted((ROOT / "examples").glob("*.py"))]
-    if dynn:
-        found += [Entry(p.stem, "dynn", p) for p in sorted((ROOT / "examples" / "dynn").glob("*.py"))]
     found = [e for e in found if not e.path.name.startswith("_")]
+    if dynn:
+        from examples.dynn import CONSTANT_FLAG_MODELS, DISPATCH_MODELS, MODELS
+
+        folder = ROOT / "examples" / "dynn"
+        found += [Entry(n, "dynn", folder / f"{n}.py") for n in MODELS + CONSTANT_FLAG_MODELS]
+        found += [Entry(n, "dispatch", folder / f"{n}.py") for n in DISPATCH_MODELS]
     return [e for e in found if only is None or e.name == only]
 
 

@@ -1,11 +1,14 @@
 """Latency of torch eager vs the converted JAX model for every example, on one CPU core.
 
-    python scripts/bench.py [--dynn] [--only NAME] [--runs N] [--warmup K] [--json OUT]
+    python scripts/bench.py [--dynn [--no-static]] [--only NAME] [--runs N] [--warmup K] [--json OUT]
 
-Static examples (examples/*.py) run at batch 1 and 32; with --dynn the dynamic-network
-examples (examples/dynn/*.py) run at batch 1, cycling over their `inputs(n)`. Each timed
-iteration calls torch and JAX back to back (the order alternates), so both see the same
-machine state; the table shows medians and their ratio torch/JAX (> 1: JAX is faster).
+Static examples (examples/*.py) run at batch 1 and 32. With --dynn the dynamic-network
+examples (examples/dynn) run at batch 1, cycling over their `inputs(n)`: those that stage
+under every host (staged, dispatch, auto), those that need the dispatch host under auto; a
+third table counts the dispatch host's region calls and host decisions per forward, and one
+line gives its unit costs on tiny programs. Each timed round calls torch and every JAX
+variant back to back (the order cycles through all orders), so all see the same machine
+state; the tables show medians and their ratios (torch/X > 1: X is faster than torch).
 
 Fairness: torch uses one thread and XLA single-threaded kernels, and the whole process is
 pinned to one core (`--no-pin` lifts that): XLA may run independent kernels of a program
@@ -27,12 +30,13 @@ os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {_XLA_FLAGS}".stri
 ASYNC_DISPATCH = "--async-dispatch" in sys.argv[1:]
 
 import argparse  # noqa: E402
+import itertools  # noqa: E402
 import json  # noqa: E402
 import math  # noqa: E402
 import statistics  # noqa: E402
 import time  # noqa: E402
 import warnings  # noqa: E402
-from dataclasses import asdict, dataclass  # noqa: E402
+from dataclasses import asdict, dataclass, field, replace  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any, Callable  # noqa: E402
 
@@ -50,9 +54,10 @@ warnings.simplefilter("ignore")
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the examples import their package (examples.dynn) from the root
 
+from _bench_dispatch import HostWork, UnitCosts, host_work, unit_costs  # noqa: E402
 from _bench_models import Entry, discover, leading_dim, repeat_batch, to_jax_args  # noqa: E402
 
-from dycl_jax import to_jax  # noqa: E402
+from dycl_jax import JaxModel, to_jax  # noqa: E402
 from dycl_jax.cli import call_example, compare, extra_cases, load_entry  # noqa: E402
 
 STATIC_BATCHES = (1, 32)
@@ -73,23 +78,37 @@ class Row:
     error: str = ""
 
 
+def interleaved(fns: list[Callable], cases: list[list], runs: int, warmup: int) -> list[float]:
+    """Median seconds of each `fns[j](*cases[j][k])` over `runs` rounds, after `warmup` rounds.
+
+    A round calls every function once on the same input k (cycling over the inputs), in an
+    order that cycles through all orders: each function follows each other equally often, so
+    none always inherits the caches another one left (for two: they alternate going first).
+    """
+    times: list[list[float]] = [[] for _ in fns]
+    orders = list(itertools.permutations(range(len(fns))))
+    for i in range(warmup + runs):
+        k = i % len(cases[0])
+        for j in orders[i % len(orders)]:
+            start = time.perf_counter()
+            fns[j](*cases[j][k])
+            elapsed = time.perf_counter() - start
+            if i >= warmup:
+                times[j].append(elapsed)
+    return [statistics.median(t) for t in times]
+
+
+def _blocking(jm: Callable) -> Callable:
+    """`jm` waiting for its results, as the caller of a JAX model must before using them."""
+    return lambda *args: jax.block_until_ready(jm(*args))
+
+
 def paired(
     torch_fn: Callable, jax_fn: Callable, cases: list, jax_cases: list, runs: int, warmup: int
 ) -> tuple[float, float]:
     """Median seconds of torch and JAX over `runs` alternating calls, after `warmup` of each."""
-    t_times, j_times = [], []
-    for i in range(warmup + runs):
-        k = i % len(cases)
-        for side in ((0, 1) if i % 2 == 0 else (1, 0)):
-            start = time.perf_counter()
-            if side == 0:
-                torch_fn(*cases[k])
-            else:
-                jax.block_until_ready(jax_fn(*jax_cases[k]))
-            elapsed = time.perf_counter() - start
-            if i >= warmup:
-                (t_times if side == 0 else j_times).append(elapsed)
-    return statistics.median(t_times), statistics.median(j_times)
+    t, j = interleaved([torch_fn, _blocking(jax_fn)], [cases, jax_cases], runs, warmup)
+    return t, j
 
 
 def _first_call(jm: Any, jax_args: tuple) -> float:
@@ -139,26 +158,131 @@ def bench_static(entry: Entry, model: Any, args: tuple, module: Any, ns: argpars
     return rows
 
 
-def bench_dynn(entry: Entry, model: Any, args: tuple, module: Any, ns: argparse.Namespace) -> list[Row]:
-    start = time.perf_counter()
-    jm = to_jax(model, args)
-    row = Row(entry.name, entry.kind, 1, time.perf_counter() - start)
-    cases = extra_cases(module, ns.cases) or [args]
-    row.note = f"{len(cases)} inputs"
-    # every input is warmed up once, so a new input shape never compiles inside the timed runs
-    return [_timed_row(row, model, jm, cases, ns, ns.warmup + len(cases))]
-
-
 def bench_entry(entry: Entry, ns: argparse.Namespace) -> list[Row]:
     try:
         module, fn = load_entry(str(entry.path))
         model, args = call_example(fn)
         model.eval()
-        if entry.kind == "static":
-            return bench_static(entry, model, args, module, ns)
-        return bench_dynn(entry, model, args, module, ns)
+        return bench_static(entry, model, args, module, ns)
     except Exception as exc:  # report the failure in the table and go on with the next model
         return [Row(entry.name, entry.kind, error=_one_line(exc))]
+
+
+# ---------------------------------------------------------------- dynamic networks, per host
+
+DYNN_HOSTS = {"dynn": ("auto", "staged", "dispatch"), "dispatch": ("auto",)}
+
+
+@dataclass
+class HostTime:
+    """One host's conversion of a DyNN model and its timings."""
+
+    host: str  # as requested
+    resolved: str = ""  # the host to_jax chose
+    convert_s: float | None = None
+    warm_s: float | None = None  # first call on every input: captures and compiles every path met
+    ms: float | None = None
+    max_abs_diff: float | None = None  # float outputs, over every input
+    mismatches: int = 0  # integer elements differing from torch, or outputs of another shape
+    shared: str = ""  # the host whose conversion this one is (auto resolves to the same one)
+    error: str = ""
+
+
+WARM_FIELDS = ("warm_s", "max_abs_diff", "mismatches")
+
+
+@dataclass
+class DynnRow:
+    model: str
+    kind: str  # "dynn" (stages) or "dispatch" (needs the dispatch host)
+    cases: int = 0
+    torch_ms: float | None = None
+    hosts: dict[str, HostTime] = field(default_factory=dict)
+    work: HostWork | None = None  # the dispatch host's work per forward
+    error: str = ""
+
+    def ms(self, host: str) -> float | None:
+        """Median latency of `host` ("torch" for eager), if measured."""
+        return self.torch_ms if host == "torch" else getattr(self.hosts.get(host), "ms", None)
+
+    def ratio(self, num: str, den: str) -> float | None:
+        """ms(num) / ms(den), if both were measured."""
+        a, b = self.ms(num), self.ms(den)
+        return a / b if a is not None and b is not None else None
+
+    def gap_ms(self) -> float | None:
+        """Dispatch minus staged latency, if both were measured."""
+        dispatch, staged = self.ms("dispatch"), self.ms("staged")
+        return dispatch - staged if dispatch is not None and staged is not None else None
+
+    def region_us(self) -> float | None:
+        """Mean cost of a dispatch region call: (dispatch - staged latency) / region and island calls."""
+        gap, calls = self.gap_ms(), self.work.region_calls + self.work.island_calls if self.work else 0
+        return gap * 1e3 / calls if gap is not None and calls else None
+
+
+def convert_hosts(
+    model: Any, args: tuple, hosts: tuple[str, ...]
+) -> tuple[dict[str, HostTime], dict[str, JaxModel]]:
+    """Convert once per host; a host that auto already resolved to shares auto's conversion."""
+    times: dict[str, HostTime] = {}
+    models: dict[str, JaxModel] = {}
+    for host in hosts:
+        auto = times.get("auto")
+        if auto is not None and auto.resolved == host:  # to_jax(host="auto") ran exactly this conversion
+            times[host], models[host] = replace(auto, host=host, shared="auto"), models["auto"]
+            continue
+        t = times[host] = HostTime(host)
+        start = time.perf_counter()
+        try:
+            models[host] = to_jax(model, args, host=host)
+            t.resolved = models[host].host
+        except Exception as exc:  # one host failing must not hide the others
+            t.error = _one_line(exc)
+        t.convert_s = time.perf_counter() - start
+    return times, models
+
+
+def warm(t: HostTime, jm: JaxModel, jax_cases: list, refs: list) -> None:
+    """Call `jm` once on every input (compiling every path's programs) and check it against torch."""
+    start = time.perf_counter()
+    outs = [jax.block_until_ready(jm(*c)) for c in jax_cases]
+    t.warm_s = time.perf_counter() - start
+    checks = [compare(ref, out) for ref, out in zip(refs, outs)]
+    t.max_abs_diff = max(c["diff"] for c in checks)
+    t.mismatches = sum(c["total"] - c["match"] + len(c["problems"]) for c in checks)
+
+
+def bench_hosts(entry: Entry, ns: argparse.Namespace) -> DynnRow:
+    """Torch eager vs every host of `entry.kind`, at batch 1 over the example's inputs."""
+    row = DynnRow(entry.name, entry.kind)
+    try:
+        module, fn = load_entry(str(entry.path))
+        model, args = call_example(fn)
+        model.eval()
+        cases = extra_cases(module, ns.cases) or [args]
+        row.cases = len(cases)
+        row.hosts, models = convert_hosts(model, args, DYNN_HOSTS[entry.kind])
+        jax_cases = [to_jax_args(c) for c in cases]
+        ok = [h for h, t in row.hosts.items() if not t.error]
+        with torch.inference_mode():
+            refs = [model(*c) for c in cases]
+            for h in ok:  # auto comes first: a host sharing its conversion shares its warm-up too
+                t = row.hosts[h]
+                if t.shared:
+                    t.warm_s, t.max_abs_diff, t.mismatches = (getattr(row.hosts[t.shared], f) for f in WARM_FIELDS)
+                else:
+                    warm(t, models[h], jax_cases, refs)
+            medians = interleaved([model] + [_blocking(models[h]) for h in ok],
+                                  [cases] + [jax_cases] * len(ok), ns.runs, ns.warmup)
+        row.torch_ms = medians[0] * 1e3
+        for h, m in zip(ok, medians[1:]):
+            row.hosts[h].ms = m * 1e3
+        dispatch = next((models[h] for h in ("dispatch", "auto") if h in ok and models[h].host == "dispatch"), None)
+        row.work = host_work(dispatch, jax_cases) if dispatch is not None else None
+    except Exception as exc:  # report the failure in the table and go on with the next model
+        row.error = _one_line(exc)
+    return row
 
 
 def _one_line(exc: BaseException) -> str:
@@ -172,6 +296,11 @@ def geomean(values: list[float]) -> float | None:
 
 def _fmt(value: float | None, spec: str) -> str:
     return "" if value is None else format(value, spec)
+
+
+def _errors_below(table_errors: list[str], console: Console) -> None:
+    for i, text in enumerate(table_errors, 1):
+        console.print(Text(f"error {i}: {text}", style="red"))
 
 
 def render(rows: list[Row], gm: float | None, console: Console) -> None:
@@ -191,19 +320,130 @@ def render(rows: list[Row], gm: float | None, console: Console) -> None:
             Text(f"error {len(errors)} (below)", style="red") if r.error else Text(r.note),
         )
     console.print(table)
-    for i, text in enumerate(errors, 1):
-        console.print(Text(f"error {i}: {text}", style="red"))
+    _errors_below(errors, console)
     count = sum(r.ratio is not None for r in rows)
     console.print(f"geometric mean of torch/jax: {_fmt(gm, '.2f') or 'n/a'} over {count} rows (> 1: JAX faster)")
+
+
+def _numbers_table(title: str, first: list[str], numbers: list[str]) -> Table:
+    """A table with text columns `first`, right-aligned `numbers`, then a note."""
+    table = Table(title=title, title_justify="left")
+    for name in first:
+        table.add_column(name, no_wrap=True)
+    for name in numbers:
+        table.add_column(name, justify="right", no_wrap=True)
+    table.add_column("note", overflow="fold")
+    return table
+
+
+def _note(row: DynnRow, errors: list[str]) -> Text:
+    """Inputs and mismatches against torch of one DyNN row; its errors go to `errors`, listed below."""
+    bits = [f"{row.cases} inputs"] if row.cases else []
+    bits += [f"{t.host}: {t.mismatches} mismatches" for t in row.hosts.values() if t.mismatches and not t.shared]
+    note = Text("; ".join(bits))
+    found = [row.error] if row.error else [f"host={t.host}: {t.error}" for t in row.hosts.values() if t.error]
+    for text in found:
+        errors.append(f"{row.model} {text}")
+        note.append(f"{'; ' if note.plain else ''}error {len(errors)} (below)", style="red")
+    return note
+
+
+def _max_diff(row: DynnRow) -> float | None:
+    diffs = [t.max_abs_diff for t in row.hosts.values() if t.max_abs_diff is not None]
+    return max(diffs) if diffs else None
+
+
+def _pair(row: DynnRow, attr: str, hosts: tuple[str, str]) -> str:
+    """`attr` of two hosts as "a / b" (seconds)."""
+    return " / ".join(_fmt(getattr(row.hosts.get(h), attr, None), ".2f") or "-" for h in hosts)
+
+
+def _geomean_line(rows: list[DynnRow], pairs: list[tuple[str, str]]) -> str:
+    parts = []
+    for num, den in pairs:
+        values = [r for r in (row.ratio(num, den) for row in rows) if r]
+        parts.append(f"{num}/{den} {_fmt(geomean(values), '.2f') or 'n/a'} ({len(values)})")
+    return "geometric means: " + ", ".join(parts)
+
+
+HOST_RATIOS = [("torch", "staged"), ("torch", "dispatch"), ("dispatch", "staged"), ("torch", "auto")]
+
+
+def render_hosts(rows: list[DynnRow], ns: argparse.Namespace, console: Console) -> None:
+    """DyNN models that stage: torch eager vs staged, dispatch and auto."""
+    table = _numbers_table(
+        f"DyNN models that stage: torch eager vs each host (batch 1; medians of {ns.runs} rounds over the inputs)",
+        ["model"], ["convert s st/dp", "warm s st/dp", "torch ms", "staged ms", "dispatch ms", "auto ms",
+                    "auto is", "torch/staged", "torch/dispatch", "dispatch/staged", "max|diff|"])
+    errors: list[str] = []
+    for r in rows:
+        auto = r.hosts.get("auto")
+        table.add_row(
+            r.model, _pair(r, "convert_s", ("staged", "dispatch")), _pair(r, "warm_s", ("staged", "dispatch")),
+            *(_fmt(r.ms(h), ".3f") for h in ("torch", "staged", "dispatch", "auto")), auto.resolved if auto else "",
+            *(_fmt(r.ratio(*q), ".2f") for q in HOST_RATIOS[:3]), _fmt(_max_diff(r), ".1e"), _note(r, errors))
+    console.print(table)
+    _errors_below(errors, console)
+    console.print(_geomean_line(rows, HOST_RATIOS) + " (torch/X > 1: X faster than torch)")
+    console.print("auto resolving to staged shares staged's conversion (timed as its own column: the gap is noise)")
+
+
+def render_dispatch(rows: list[DynnRow], ns: argparse.Namespace, console: Console) -> None:
+    """DyNN models that need the dispatch host: torch eager vs auto."""
+    table = _numbers_table(
+        f"DyNN models that need dispatch: torch eager vs host=auto (medians of {ns.runs} rounds over the inputs)",
+        ["model", "auto is"], ["convert s", "warm s", "torch ms", "auto ms", "torch/auto", "max|diff|"])
+    errors: list[str] = []
+    for r in rows:
+        t = r.hosts.get("auto", HostTime("auto"))
+        table.add_row(
+            r.model, t.resolved, _fmt(t.convert_s, ".2f"), _fmt(t.warm_s, ".2f"), _fmt(r.torch_ms, ".3f"),
+            _fmt(t.ms, ".3f"), _fmt(r.ratio("torch", "auto"), ".2f"), _fmt(t.max_abs_diff, ".1e"), _note(r, errors))
+    console.print(table)
+    _errors_below(errors, console)
+    console.print(_geomean_line(rows, [("torch", "auto")]))
+
+
+def render_work(rows: list[DynnRow], console: Console) -> None:
+    """The dispatch host's work per forward, and what a region call costs over the staged program."""
+    table = _numbers_table(
+        "dispatch host per forward (means over the inputs; us/call = (dispatch - staged ms) / (region + island calls))",
+        ["model"], ["regions", "islands", "parts", "on host", "captures", "XLA progs", "region calls",
+                    "island calls", "decisions", "dispatch-staged ms", "us/call"])
+    for r in rows:
+        w = r.work
+        if w is None:
+            continue
+        counts = (w.regions, w.islands, w.parts, w.host_statements, w.captures, w.compilations)
+        per_forward = (w.region_calls, w.island_calls, w.decisions)
+        table.add_row(r.model, *map(str, counts), *(_fmt(v, ".1f") for v in per_forward),
+                      _fmt(r.gap_ms(), ".3f"), _fmt(r.region_us(), ".1f"), Text(r.kind))
+    console.print(table)
+    console.print("islands: constructs staged whole inside the dispatch host; parts: regions and islands after "
+                  "splitting where torch.export refused; on host: statements run in torch")
+
+
+def render_units(u: UnitCosts, console: Console) -> None:
+    """The dispatch host's unit costs, one line."""
+    console.print(
+        f"unit costs (us, medians, 1-element float32): host read bool(y) {u.predicate_read_us:.1f} | "
+        f"jitted call {u.jit_call_us:.1f} | DispatchHost.run_region {u.region_call_us:.1f} | "
+        f"one-region dispatch model jm(x) {u.one_region_model_us:.1f}   (x + 1 in each)"
+    )
+
+
+def render_settings(console: Console) -> None:
     console.print(
         f"JAX CPU dispatch: {'asynchronous (worker thread)' if ASYNC_DISPATCH else 'inline (caller thread)'}; "
-        f"CPU cores used: {sorted(os.sched_getaffinity(0))}"
+        f"CPU cores used: {sorted(os.sched_getaffinity(0))}; XLA_FLAGS={os.environ['XLA_FLAGS']!r}; "
+        f"torch threads: {torch.get_num_threads()}"
     )
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--dynn", action="store_true", help="also the dynamic-network examples in examples/dynn")
+    p.add_argument("--no-static", action="store_true", help="skip the static examples (examples/*.py)")
     p.add_argument("--only", metavar="NAME", help="only the example with this file stem")
     p.add_argument("--runs", type=int, default=50, help="timed paired runs per row (default 50)")
     p.add_argument("--warmup", type=int, default=5, help="untimed paired runs first (default 5)")
@@ -217,22 +457,43 @@ def main(argv: list[str] | None = None) -> int:
     ns = p.parse_args(argv)
     console = Console()
     if not console.is_terminal:  # piped or redirected: no terminal width to fit, keep the table whole
-        console = Console(width=max(console.width, 150))
+        console = Console(width=max(console.width, 190))
     entries = discover(ns.dynn, ns.only) + [Entry(Path(f).stem, "static", Path(f)) for f in ns.file]
+    if ns.no_static:
+        entries = [e for e in entries if e.kind != "static"]
     if not entries:
         console.print("no example models found" + (f" named {ns.only}" if ns.only else ""))
         return 2
+    started = time.perf_counter()
     rows: list[Row] = []
+    dynn: list[DynnRow] = []
     for entry in entries:
         with console.status(f"{entry.kind} {entry.name}"):
-            rows += bench_entry(entry, ns)
+            if entry.kind == "static":
+                rows += bench_entry(entry, ns)
+            else:
+                dynn.append(bench_hosts(entry, ns))
+    units = unit_costs() if dynn else None
     gm = geomean([r.ratio for r in rows if r.ratio])
-    render(rows, gm, console)
+    if rows:
+        render(rows, gm, console)
+    if any(r.kind == "dynn" for r in dynn):
+        render_hosts([r for r in dynn if r.kind == "dynn"], ns, console)
+    if any(r.kind == "dispatch" for r in dynn):
+        render_dispatch([r for r in dynn if r.kind == "dispatch"], ns, console)
+    if any(r.work for r in dynn):
+        render_work(dynn, console)
+    if units is not None:
+        render_units(units, console)
+    render_settings(console)
+    console.print(f"bench wall time: {time.perf_counter() - started:.0f} s")
     if ns.json:
         meta = {"torch": torch.__version__, "jax": jax.__version__, "runs": ns.runs, "warmup": ns.warmup,
-                "xla_flags": os.environ["XLA_FLAGS"], "torch_threads": torch.get_num_threads(),
+                "cases": ns.cases, "xla_flags": os.environ["XLA_FLAGS"], "torch_threads": torch.get_num_threads(),
                 "jax_cpu_async_dispatch": ASYNC_DISPATCH, "cpus": sorted(os.sched_getaffinity(0))}
-        Path(ns.json).write_text(json.dumps({"meta": meta, "rows": [asdict(r) for r in rows], "geomean": gm}, indent=2))
+        out = {"meta": meta, "rows": [asdict(r) for r in rows], "geomean": gm, "dynn": [asdict(r) for r in dynn],
+               "unit_costs": asdict(units) if units else None}
+        Path(ns.json).write_text(json.dumps(out, indent=2))
     return 0
 
 

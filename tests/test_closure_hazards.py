@@ -56,11 +56,20 @@ def test_stale_closure_is_refused_with_location():
         dycl_jax.to_jax(StaleClosure().eval(), (torch.ones(1, 3),))
 
 
-def test_closure_over_outer_tensor_fails_loudly():
-    # a known limitation: the branch graph would capture a tensor of the outer graph; what
-    # matters is that conversion stops with an error instead of computing something else
+def test_closure_over_outer_tensor_fails_loudly_when_staged():
+    # the branch graph would capture a tensor of the outer graph: the staged host must stop
+    # with an error instead of computing something else
     with pytest.raises(dycl_jax.DyclError):
-        dycl_jax.to_jax(StableClosure().eval(), (torch.ones(1, 3),))
+        dycl_jax.to_jax(StableClosure().eval(), (torch.ones(1, 3),), host="staged")
+
+
+def test_closure_over_outer_tensor_runs_on_the_dispatch_host():
+    # there the closure's values are region inputs like any other
+    model = StableClosure().eval()
+    jm = dycl_jax.to_jax(model, (torch.ones(1, 3),))
+    assert jm.host == "dispatch"
+    for x in (torch.ones(1, 3), -torch.ones(1, 3) * 0.5, torch.randn(1, 3), torch.randn(1, 3)):
+        np.testing.assert_allclose(np.asarray(jm(x)), model(x).numpy(), rtol=1e-5, atol=1e-6)
 
 
 def test_closure_defined_inside_the_branch_converts_and_matches():

@@ -76,7 +76,18 @@ class ShapeChangingCond(torch.nn.Module):
         return torch.cond(x.sum() > 0, lambda x: torch.cat([x, x], 1), lambda x: x * 2, (x,))
 
 
-def test_branches_of_different_shapes_are_refused():
+def test_branches_of_different_shapes_are_refused_when_staged():
     with pytest.raises(dycl_jax.DyclError, match=r"(?s)true branch.*false branch.*dispatch"):
-        jm = dycl_jax.to_jax(ShapeChangingCond(), (torch.randn(1, 4),), dynamic_batch=False)
+        jm = dycl_jax.to_jax(ShapeChangingCond(), (torch.randn(1, 4),), dynamic_batch=False, host="staged")
         jm(torch.randn(1, 4))
+
+
+def test_branches_of_different_shapes_run_on_the_dispatch_host():
+    model = ShapeChangingCond()
+    jm = dycl_jax.to_jax(model, (torch.randn(1, 4),), dynamic_batch=False)
+    assert jm.host == "dispatch"
+    for x in (torch.ones(1, 4), -torch.ones(1, 4)):  # one input per branch
+        want = model(x)
+        got = np.asarray(jm(x))
+        assert got.shape == tuple(want.shape)
+        np.testing.assert_allclose(got, want.numpy(), rtol=1e-6)

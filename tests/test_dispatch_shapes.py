@@ -9,6 +9,7 @@ import torch.nn as nn
 import torch.utils._pytree as pytree
 
 import dycl_jax
+from differential import assert_same  # pytest puts tests/ on sys.path
 
 
 class MaskedSelect(nn.Module):
@@ -103,19 +104,6 @@ CASES = {"masked": MaskedSelect, "bound": ItemAsBound, "tokens": PythonTokens, "
          "empty": EmptyOrNot}
 
 
-def _same(want, got, where: str) -> None:
-    w_leaves, w_spec = pytree.tree_flatten(want)
-    g_leaves, g_spec = pytree.tree_flatten(got)
-    assert w_spec == g_spec, f"{where}: structure {g_spec} != {w_spec}"
-    for w, g in zip(w_leaves, g_leaves):
-        w = w.detach().numpy() if isinstance(w, torch.Tensor) else np.asarray(w)
-        g = np.asarray(g)
-        assert w.shape == g.shape, f"{where}: shape {g.shape} != {w.shape}"
-        if w.dtype.kind == "f":
-            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5, err_msg=where)
-        else:
-            np.testing.assert_array_equal(g.astype(np.int64), w.astype(np.int64), err_msg=where)
-
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_auto_matches_torch_exactly(name: str) -> None:
@@ -128,6 +116,6 @@ def test_auto_matches_torch_exactly(name: str) -> None:
         with torch.no_grad():
             want = model(*args)
         got = jm(*args)
-        _same(want, got, f"{name} input {k}")
+        assert_same(want, got, f"{name} input {k}", rtol=1e-5, atol=1e-5)
         shapes.add(str([np.shape(v) for v in pytree.tree_leaves(got)]))
     assert len(shapes) > 1, f"{name}: every input gave the same output shapes; the test would not see a padding bug"

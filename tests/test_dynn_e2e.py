@@ -4,17 +4,15 @@ from __future__ import annotations
 from collections import defaultdict
 from functools import lru_cache
 
-import numpy as np
 import pytest
 import torch
-import torch.utils._pytree as pytree
 
 import dycl_jax
 from dycl_jax.rewrite.api import run_torch_trace
 from examples.dynn import MODELS, load
+from differential import assert_same  # pytest puts tests/ on sys.path
 
 N_INPUTS = 50
-RTOL, ATOL = 1e-4, 1e-4  # float outputs; integer and bool outputs must be equal
 
 
 @lru_cache(maxsize=None)
@@ -23,26 +21,6 @@ def _converted(name: str):
     return model, dycl_jax.to_jax(model, args)  # the default (auto) must pick the staged host here
 
 
-def _assert_same(want, got, where: str) -> None:
-    w_leaves, w_spec = pytree.tree_flatten(want)
-    g_leaves, g_spec = pytree.tree_flatten(got)
-    assert w_spec == g_spec, f"{where}: output structure {g_spec} != torch's {w_spec}"
-    for i, (w, g) in enumerate(zip(w_leaves, g_leaves)):
-        w = w.detach().numpy() if isinstance(w, torch.Tensor) else np.asarray(w)
-        g = np.asarray(g)
-        assert w.shape == g.shape, f"{where}: leaf {i} shape {g.shape} != {w.shape}"
-        if w.dtype.kind == "f":
-            np.testing.assert_allclose(g, w, rtol=RTOL, atol=ATOL, err_msg=f"{where}: leaf {i}")
-        else:  # exit ids, counters, decisions: exact
-            np.testing.assert_array_equal(g.astype(np.int64), w.astype(np.int64), err_msg=f"{where}: leaf {i}")
-
-
-@pytest.fixture(autouse=True)
-def _one_torch_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.mark.parametrize("name", MODELS)
@@ -57,11 +35,11 @@ def test_staged_matches_torch_on_every_path(name: str) -> None:
             original = model(*args)
         rewritten_out, torch_decisions = run_torch_trace(model, "forward", args)
         got, jax_decisions = jm.trace(*args)
-        _assert_same(original, got, f"{name} input {k} (jax vs original torch)")
-        _assert_same(original, rewritten_out, f"{name} input {k} (rewritten torch vs original)")
+        assert_same(original, got, f"{name} input {k} (jax vs original torch)")
+        assert_same(original, rewritten_out, f"{name} input {k} (rewritten torch vs original)")
         assert jax_decisions == torch_decisions, f"{name} input {k}: decisions differ"
         if k < 3:  # the plain (untraced) program is a separate compilation: check it too
-            _assert_same(original, jm(*args), f"{name} input {k} (untraced call)")
+            assert_same(original, jm(*args), f"{name} input {k} (untraced call)")
         paths.update(mod.path_of(model, args))
         for site, value in jax_decisions:
             seen[site].add(value)

@@ -14,6 +14,9 @@ ELIF = Site("elif", "/src/model.py", 20, "if p:", ("y",), ("`if` branch", "`elif
             ((21,), (23,), (25,)))
 LOOP = Site("while", "/src/model.py", 30, "while t:", ("h", "n"), ("value before the loop", "value after an iteration"),
             ((None, None), (31, 32)))
+# Predicates made outside the traced program, like inputs: a `torch.tensor(True)` made while
+# tracing is built from constants, and the operators decide it as Python (test_constant_flags.py).
+TRUE, FALSE = torch.tensor(True), torch.tensor(False)
 
 
 def branches():
@@ -37,7 +40,7 @@ def test_tensor_predicate_in_plain_eager_mode_is_python():
 def test_tracing_records_and_gives_the_staged_types():
     calls, t, f = branches()
     with ops.tracing() as decisions:
-        a, b = ops.cond(torch.tensor(True), t, f, (1, 2), IF)
+        a, b = ops.cond(TRUE, t, f, (1, 2), IF)
     assert decisions == [("if@model.py:12", True)]
     assert isinstance(a, torch.Tensor) and a.dtype == torch.int64 and a.item() == 2  # differs per path
     assert b == 2 and not isinstance(b, torch.Tensor)  # the same Python value on both paths
@@ -49,7 +52,7 @@ def test_switch_python_prefix_decides_without_a_record():
         assert ops.switch([lambda: True, lambda: torch.tensor(True)], fns, (0,), ELIF) == (1,)
     assert decisions == []
     with ops.tracing() as decisions:
-        (out,) = ops.switch([lambda: False, lambda: torch.tensor(False)], fns, (0,), ELIF)
+        (out,) = ops.switch([lambda: False, lambda: FALSE], fns, (0,), ELIF)
     assert decisions == [("elif@model.py:20", 2)] and out.item() == 3
 
 
@@ -78,9 +81,9 @@ def test_logical_ops_short_circuit_python_values():
     assert ops.and_(torch.tensor(True), lambda: 5) == 5  # plain mode: Python semantics
     assert ops.not_(torch.tensor(False)) is True
     with ops.tracing():
-        out = ops.and_(torch.tensor(True), lambda: torch.tensor(False))
+        out = ops.and_(TRUE, lambda: FALSE)
         assert isinstance(out, torch.Tensor) and not out.item()
-        assert ops.or_(torch.tensor(False), lambda: True).item() is True
+        assert ops.or_(FALSE, lambda: True).item() is True
         assert isinstance(ops.not_(torch.tensor(False)), torch.Tensor)
 
 
@@ -156,13 +159,13 @@ def test_exit_path_gives_dead_variables_placeholders_of_the_run_path():
     skip = lambda x, r: (x, r)  # noqa: E731
     x, r = torch.ones(3, 4), torch.tensor(5.0)
     with ops.tracing():
-        out = ops.cond(torch.tensor(False), run, skip, (x, r), GUARD)  # exit taken: x is dead
+        out = ops.cond(FALSE, run, skip, (x, r), GUARD)  # exit taken: x is dead
         assert out[0].shape == (3, 2) and not out[0].any() and out[1] == 5.0
-        assert torch.equal(ops.cond(torch.tensor(True), run, skip, (x, r), GUARD)[0], torch.full((3, 2), 2.0))
+        assert torch.equal(ops.cond(TRUE, run, skip, (x, r), GUARD)[0], torch.full((3, 2), 2.0))
     live = Site("guard", "/src/model.py", 40, "x = f(x)", ("x", "r"), ("true branch", "false branch"),
                 ((41, None), (None, None)))
     with ops.tracing(), pytest.raises(DyclError, match=r"variable 'x' is a float32\[3, 2\] tensor"):
-        ops.cond(torch.tensor(False), run, skip, (x, r), live)  # not dead: shapes must agree
+        ops.cond(FALSE, run, skip, (x, r), live)  # not dead: shapes must agree
 
 
 def test_unless_tells_exit_only_false_paths():
@@ -170,7 +173,7 @@ def test_unless_tells_exit_only_false_paths():
     with ops.tracing():
         assert isinstance(ops.unless((flag,), lambda: True), ops.ExitOnly)  # false only when flag set
         assert ops.unless((flag,), lambda: False) is False  # decided without a graph op
-        mixed = ops.unless((flag, False), lambda: torch.tensor(True))
+        mixed = ops.unless((flag, False), lambda: TRUE)
         assert isinstance(mixed, torch.Tensor) and bool(mixed)  # false path: flag or test
         assert ops.unless((True, flag), lambda: 1 / 0) is False  # Python short-circuit
     assert ops.unless((torch.tensor(True),), lambda: True) is False  # plain mode: Python truth

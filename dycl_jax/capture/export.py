@@ -16,7 +16,7 @@ from torch.export import Dim, ExportedProgram
 from torch.export.graph_signature import InputKind, OutputKind
 
 from dycl_jax.capture.shims import capture_shims
-from dycl_jax.errors import CaptureError, DyclError
+from dycl_jax.errors import CaptureError, DyclError, InputMutationError
 
 _PREFIX = "m."  # the user's module sits at `m` inside the wrapper below
 
@@ -207,6 +207,13 @@ def _state_entries(ep: ExportedProgram) -> list[StateEntry]:
         else:
             raise CaptureError(f"unsupported exported input kind {spec.kind} for {target}")
     for spec in ep.graph_signature.output_specs:
+        if spec.kind == OutputKind.USER_INPUT_MUTATION:
+            # the caller's tensor would change in torch; no converted model (staged or dispatch) can do that
+            raise InputMutationError(
+                f"the method updates its input {spec.target} in place; converted models are pure functions "
+                "and cannot change the caller's tensors",
+                fix=f"update a copy (e.g. `{spec.target} = {spec.target}.clone()` first) and return it",
+            )
         if spec.kind != OutputKind.USER_OUTPUT:
             raise CaptureError(
                 f"the method mutates {spec.target} ({spec.kind.name}); converted models are pure",

@@ -15,11 +15,12 @@ from torch.export import ExportedProgram
 
 from dycl_jax.capture.export import StateEntry, _eval_mode, _quiet_torch_logs, _state_entries
 from dycl_jax.errors import CaptureError
+from dycl_jax.rewrite.plan import Undefined
 
 # Python values a captured region may return as constants of its input signature.
 _CONSTANT_TYPES = (int, float, bool, complex, str, bytes, type(None), type(Ellipsis), range, slice, type,
                    torch.dtype, torch.device, torch.Size, np.generic, torch.nn.Module, types.FunctionType,
-                   types.MethodType, types.BuiltinFunctionType)
+                   types.MethodType, types.BuiltinFunctionType, Undefined)
 
 
 class HostValueError(CaptureError):
@@ -37,6 +38,8 @@ class CapturedRegion:
     slots: list[int | None]  # per output leaf: index among the graph's outputs, None for a constant
     constants: list[Any]  # per output leaf: the constant (where slots[i] is None)
     seconds: float
+    mutated: tuple[int, ...] = ()  # argument leaves the region updates in place
+    passed: list[int | None] | None = None  # per output leaf: the argument leaf it returns unchanged
 
 
 class _CallWrapper(torch.nn.Module):
@@ -52,13 +55,24 @@ class _CallWrapper(torch.nn.Module):
         leaves = list(self._leaves)
         for i, t in zip(self._index, tensors):
             leaves[i] = t.clone()  # in-place updates of an input stay inside the region
+        versions = [leaves[i]._version for i in self._index]
         out = self._fn(*jax.tree_util.tree_unflatten(self._tree, leaves))
         flat, tree = jax.tree_util.tree_flatten(out)
+        lost_update(self._leaves, [leaves[i] for i in self._index], versions, flat)
+        mutated = tuple(i for i, v in zip(self._index, versions) if leaves[i]._version != v)
+        # an input returned as it came (`y = x`) stays the caller's array: identity is how the
+        # host tells the caller's tensors apart, and it saves a copy
+        kept = {id(leaves[i]): i for i in self._index if i not in mutated}
         slots: list[int | None] = []
         constants: list[Any] = []
+        passed: list[int | None] = []
         results: list[torch.Tensor] = []
         for v in flat:
-            if isinstance(v, torch.Tensor):
+            passed.append(kept.get(id(v)))
+            if passed[-1] is not None:
+                slots.append(None)
+                constants.append(None)
+            elif isinstance(v, torch.Tensor):
                 slots.append(len(results))
                 constants.append(None)
                 results.append(v)
@@ -69,8 +83,18 @@ class _CallWrapper(torch.nn.Module):
                 constants.append(v)
             else:
                 raise HostValueError(f"a {type(v).__name__} object, which is not a tensor or a Python constant")
-        self._sink.update(tree=tree, slots=slots, constants=constants)
+        self._sink.update(tree=tree, slots=slots, constants=constants, mutated=mutated, passed=passed)
         return tuple(results)
+
+
+def lost_update(names: Any, inputs: list[torch.Tensor], versions: list[int], outputs: list[Any]) -> None:
+    """Raise if an input tensor was updated in place but is not among the outputs: the caller
+    (the host, holding immutable arrays) would never see the update."""
+    returned = {id(v) for v in outputs if isinstance(v, torch.Tensor)}
+    for t, v in zip(inputs, versions):
+        if t._version != v and id(t) not in returned:
+            raise HostValueError("an in-place update of a tensor the statement reads but does not rebind "
+                                 f"({type(t).__name__}{list(t.shape)}); it would be lost")
 
 
 def capture_call(root: torch.nn.Module, fn: Callable, args: tuple, context: Callable[[], ContextManager]) -> CapturedRegion:
@@ -91,5 +115,5 @@ def capture_call(root: torch.nn.Module, fn: Callable, args: tuple, context: Call
         ep = torch.export.export(wrapper, tensors)
         ep = ep.run_decompositions()
     return CapturedRegion(ep, _state_entries(ep), sink["tree"], sink["slots"], sink["constants"],
-                          time.perf_counter() - start)
+                          time.perf_counter() - start, sink["mutated"], sink["passed"])
 

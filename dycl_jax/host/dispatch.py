@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import functools
+import os
 import types
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Sequence
@@ -22,7 +23,8 @@ import numpy as np
 import torch
 import torch.utils._pytree as pytree
 
-from dycl_jax.capture.region import capture_call
+from dycl_jax.capture.region import HostValueError, capture_call, lost_update
+from dycl_jax.errors import DyclError, InputMutationError, Location
 from dycl_jax.host import values
 from dycl_jax.host.attributes import DynamicAttributes
 from dycl_jax.host.values import leaf_key
@@ -31,7 +33,7 @@ from dycl_jax.lower.interpreter import LoweredGraph
 from dycl_jax.rewrite import lifting
 from dycl_jax.rewrite.api import DispatchPlan, patched
 from dycl_jax.rewrite.modes import staging
-from dycl_jax.rewrite.regions import RegionSpec, executing, run_statements
+from dycl_jax.rewrite.regions import NOT_STAGED, RegionSpec, executing, run_statements
 
 # True while a host statement runs in torch: a dispatch-rewritten method called from there
 # converts its tensor arguments to JAX and its results back.
@@ -45,6 +47,22 @@ def _land(in_torch: bool) -> Iterator[None]:
         yield
     finally:
         _IN_TORCH.reset(token)
+
+
+def _passthrough(placeholders: list, used: list[int], n_state: int, gm: Any) -> Callable:
+    """A region whose graph only forwards inputs (`y = x`, Python-only outputs): run in Python."""
+    position = {p: i for i, p in enumerate(placeholders)}
+    state_slot = {i: k for k, i in enumerate(used)}
+    out = next(n for n in gm.graph.nodes if n.op == "output").args[0]
+    picks = [(position[o] < n_state, state_slot.get(position[o], position[o] - n_state)) for o in out]
+
+    def run(state: list, tensors: list) -> tuple:
+        return tuple(state[i] if is_state else tensors[i] for is_state, i in picks)
+    return run
+
+
+class _IslandFailed(Exception):
+    """An island did not stage: its host version runs from now on."""
 
 
 class _NewAttributes(Exception):
@@ -61,11 +79,15 @@ class Compiled:
     out_tree: Any
     slots: list[int | None]
     constants: list[Any]
+    mutated: tuple[int, ...] = ()  # input leaves the graph updates in place (checked against the caller's)
+    passed: list[int | None] | None = None  # per output leaf: the input leaf it returns unchanged
 
     def run(self, state: Sequence[Any], leaves: list[Any]) -> Any:
         inputs = [state[v] if is_state else v for is_state, v in self.sources]
         outs = self.fn(inputs, [leaves[i] for i in self.tensor_leaves])
         flat = [outs[s] if s is not None else c for s, c in zip(self.slots, self.constants)]
+        if self.passed is not None:
+            flat = [leaves[p] if p is not None else v for p, v in zip(self.passed, flat)]
         return jax.tree_util.tree_unflatten(self.out_tree, flat)
 
 
@@ -122,15 +144,18 @@ class DispatchHost:
         self.captures = 0
         self.attrs = DynamicAttributes(root)
         self._state: Sequence[Any] = ()
+        self._arg_ids: frozenset[int] = frozenset()  # the current call's argument arrays
 
     # ------------------------------------------------------------ calling
 
     def __call__(self, state: Sequence[Any], tensors: Sequence[Any]) -> Any:
         leaves = list(self.arg_leaves)
         for i, t in zip(self.tensor_index, tensors):
-            leaves[i] = values.to_jax(t)
+            # numpy inputs stay numpy: jitted regions take them directly (device_put costs ~100 µs)
+            leaves[i] = values.to_jax(t) if isinstance(t, torch.Tensor) else t
         args = pytree.tree_unflatten(leaves, self.in_spec)
         previous, self._state = self._state, state
+        previous_ids, self._arg_ids = self._arg_ids, frozenset(id(leaves[i]) for i in self.tensor_index)
         training = self.root.training
         if training:  # converted models run in eval mode (BatchNorm statistics, no dropout)
             self.root.eval()
@@ -138,7 +163,7 @@ class DispatchHost:
             with executing(self), _land(False), patched(self.bindings), torch.no_grad():
                 return getattr(self.root, self.method)(*args)
         finally:
-            self._state = previous
+            self._state, self._arg_ids = previous, previous_ids
             self.attrs.reset()
             if training:
                 self.root.train()
@@ -176,6 +201,23 @@ class DispatchHost:
         self._run_parts(st, list(st.parts), fns, env)
         return tuple(env[n] for n in spec.outs)
 
+    def run_island(self, spec: RegionSpec, fn: Callable, vals: tuple) -> Any:
+        st = self.regions.get(id(spec))
+        if st is None:
+            st = self.regions[id(spec)] = RegionState(spec, [_part(spec, 0, 1)])
+        part = st.parts[0]
+        if part.host_reason is not None:
+            return NOT_STAGED
+        try:
+            return self._run_part(st, part, (fn,), vals)
+        except _IslandFailed:
+            return NOT_STAGED
+
+    def failed_islands(self) -> frozenset:
+        """Labels of the islands that run their host version."""
+        return frozenset(st.spec.label for st in self.regions.values()
+                         if st.spec.kind == "island" and st.parts[0].host_reason is not None)
+
     def _run_parts(self, st: RegionState, parts: list[Part], fns: Sequence[Callable], env: dict) -> None:
         for part in parts:
             outs = self._run_part(st, part, fns, tuple(env[n] for n in part.ins))
@@ -191,10 +233,14 @@ class DispatchHost:
     def _run_part_once(self, st: RegionState, part: Part, fns: Sequence[Callable], vals: tuple) -> tuple:
         attrs = self.attrs.read() if self.attrs.slots else None
         leaves, tree = jax.tree_util.tree_flatten((vals, attrs))
-        leaves = [values.to_jax(v) if isinstance(v, (torch.Tensor, np.ndarray)) else v for v in leaves]
+        if values.has_closures(leaves):  # what nested functions close over becomes region input
+            leaves, tree = jax.tree_util.tree_flatten(jax.tree_util.tree_map(values.open_closures, (vals, attrs)))
+        leaves = [values.to_jax(v) if isinstance(v, torch.Tensor) else v for v in leaves]
         key = (tree, tuple(map(leaf_key, leaves)))
         entry = part.cache.get(key)
         if isinstance(entry, Compiled):
+            if entry.mutated:
+                self._check_arguments_kept(st.spec, part, leaves, entry.mutated)
             outs, new_attrs = entry.run(self._state, leaves)
         elif entry == DIRECT:
             return run_statements(st.spec, fns[part.first:part.stop], vals, part.ins, part.outs, part.first)
@@ -217,17 +263,29 @@ class DispatchHost:
         return body
 
     def _eager(self, spec: RegionSpec, part: Part, fns: Sequence[Callable], leaves: list, tree: Any) -> tuple:
-        vals, attrs = jax.tree_util.tree_unflatten(tree, [values.to_torch(v) for v in leaves])
+        torch_leaves = [values.to_torch(v) for v in leaves]
+        vals, attrs = jax.tree_util.tree_unflatten(tree, torch_leaves)
+        inputs = [t for t in torch_leaves if isinstance(t, torch.Tensor)]
+        versions = [t._version for t in inputs]
         before = self.attrs.snapshot()
         with _land(True):
-            outs, _ = self._body(spec, part, fns)(vals, attrs)
+            outs, new_attrs = self._body(spec, part, fns)(vals, attrs)
+        changed = {id(t) for t, v in zip(inputs, versions) if t._version != v}
+        self._check_arguments_kept(spec, part, leaves, tuple(i for i, t in enumerate(torch_leaves) if id(t) in changed))
+        try:
+            lost_update(None, inputs, versions, jax.tree_util.tree_leaves((outs, new_attrs)))
+        except HostValueError as exc:
+            st = spec.statements[part.first]
+            raise DyclError(f"{os.path.basename(spec.file)}:{st.line}: {exc}", location=Location(spec.file, st.line, st.code),
+                            fix="assign the updated tensor to a name (e.g. `x = x.add(1)` or `x[i] = v` on a name the "
+                                "code reads later), or return it") from None
         self.attrs.register(self.attrs.changed(before))
         return values.tree_to_jax(outs), values.tree_to_jax(self.attrs.read())
 
     def _first_call(self, st: RegionState, part: Part, fns: Sequence[Callable], vals: tuple, leaves: list,
                     tree: Any, key: Any) -> tuple:
         spec = st.spec
-        if not any(isinstance(v, jax.Array) for v in leaves):
+        if not any(isinstance(v, values.ARRAYS) for v in leaves):
             # no tensor in: run it as Python; if no tensor comes out and no attribute changes, it stays Python
             probe_vals, probe_attrs = jax.tree_util.tree_unflatten(tree, leaves)
             before = self.attrs.snapshot()
@@ -256,12 +314,30 @@ class DispatchHost:
         except _NewAttributes:
             raise
         except Exception as exc:  # noqa: BLE001  (classified below; our own bugs are re-raised)
+            if spec.kind == "island":  # whatever stops it from staging, its host version is exact
+                part.host_reason = values.describe_failure(exc)
+                raise _IslandFailed() from exc
             values.reraise_if_internal(exc)
             return self._fall_back(st, part, fns, vals, leaves, tree, key, exc)
         part.cache[key] = entry
+        self._check_arguments_kept(spec, part, leaves, entry.mutated)
         if new_attrs is not None:
             self.attrs.write(new_attrs)
         return outs
+
+    def _check_arguments_kept(self, spec: RegionSpec, part: Part, leaves: list, mutated: tuple[int, ...]) -> None:
+        """Refuse an in-place update of the caller's own tensor: torch would change it, we cannot."""
+        hit = [i for i in mutated if id(leaves[i]) in self._arg_ids]
+        if not hit:
+            return
+        first, last = spec.statements[part.first], spec.statements[part.stop - 1]
+        where = f"the statement at line {first.line} updates" if first.line == last.line \
+            else f"a statement in lines {first.line}-{last.line} updates"
+        raise InputMutationError(
+            f"{os.path.basename(spec.file)}:{first.line}: {where} an input of the method in place "
+            f"({leaves[hit[0]].dtype}{list(leaves[hit[0]].shape)}); converted models are pure functions and cannot change the caller's tensors",
+            location=Location(spec.file, first.line, first.code),
+            fix="update a copy (e.g. `x = x.clone()` before the in-place update) and return it")
 
     def _compile(self, spec: RegionSpec, cap: Any, leaves: list) -> Compiled:
         gm = cap.ep.graph_module
@@ -269,9 +345,11 @@ class DispatchHost:
         n_state = len(cap.state)
         # torch.export lifts every parameter of the model: pass only those the region reads
         used = [i for i in range(n_state) if placeholders[i].users]
-        graph_fp = graph_fingerprint(gm)
+        graph_fp = graph_fingerprint(gm, n_state)
         fn = self.executables.get(graph_fp)
-        if fn is None:
+        if fn is None and all(n.op in ("placeholder", "output") for n in gm.graph.nodes):
+            fn = _passthrough(placeholders, used, n_state, gm)  # nothing to compute: no XLA call
+        elif fn is None:
             graph = self.graphs[graph_fp] = LoweredGraph.build(gm, name=spec.label)
 
             def run(state: list, tensors: list, graph: LoweredGraph = graph, used: list = used) -> tuple:
@@ -287,8 +365,9 @@ class DispatchHost:
                 sources.append((True, self.path_index[entry.path]))
             else:
                 sources.append((False, values.to_jax(entry.tensor)))
-        tensor_leaves = [i for i, v in enumerate(leaves) if isinstance(v, jax.Array)]
-        return Compiled(fn, sources, tensor_leaves, cap.out_tree, cap.slots, cap.constants)
+        tensor_leaves = [i for i, v in enumerate(leaves) if isinstance(v, values.ARRAYS)]
+        return Compiled(fn, sources, tensor_leaves, cap.out_tree, cap.slots, cap.constants, cap.mutated,
+                        cap.passed if any(p is not None for p in cap.passed) else None)
 
     def _fall_back(self, st: RegionState, part: Part, fns: Sequence[Callable], vals: tuple, leaves: list,
                    tree: Any, key: Any, exc: BaseException) -> tuple:

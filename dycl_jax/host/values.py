@@ -15,6 +15,7 @@ from dycl_jax.lower.dtypes import tensor_to_numpy
 from dycl_jax.rewrite.plan import Undefined
 
 _ARRAY = type(jnp.zeros(()))
+ARRAYS = (jax.Array, np.ndarray)  # what a tensor is on the host: a JAX array, or a numpy input
 _NONE = type(None)
 _PLAIN = (int, bool, str, bytes, _NONE, torch.dtype, torch.device, range, slice, type(Ellipsis))
 
@@ -22,7 +23,7 @@ _PLAIN = (int, bool, str, bytes, _NONE, torch.dtype, torch.device, range, slice,
 def leaf_key(v: Any) -> Any:
     """What a compiled region specialises on: shape and dtype of arrays, value of Python values."""
     t = type(v)
-    if t is _ARRAY or isinstance(v, jax.Array):
+    if t is _ARRAY or isinstance(v, ARRAYS):
         return (v.shape, v.dtype)
     if t in _PLAIN:
         return (t, v)
@@ -49,6 +50,56 @@ def leaf_key(v: Any) -> Any:
     return (t, v)
 
 
+class Closure:
+    """A nested user function seen by a region: its closure's values become region inputs (as
+    a pytree node), so a function closing over a tensor works in compiled and host regions."""
+
+    __slots__ = ("fn",)
+
+    def __init__(self, fn: types.FunctionType):
+        self.fn = fn
+
+
+def _cell(c: types.CellType) -> Any:
+    try:
+        return c.cell_contents
+    except ValueError:  # an empty cell: a name the function reads before it was assigned
+        return Undefined("<free variable>")
+
+
+def _flatten_closure(c: Closure) -> tuple[list, tuple]:
+    fn = c.fn
+    children = [open_closures(_cell(cell)) for cell in fn.__closure__]
+    _GLOBALS[id(fn.__globals__)] = fn.__globals__  # module namespaces: aux data must be hashable
+    return children, (fn.__code__, fn.__name__, id(fn.__globals__), fn.__defaults__)
+
+
+def _unflatten_closure(aux: tuple, children: list) -> types.FunctionType:
+    code, fn_name, globals_id, defaults = aux
+    return types.FunctionType(code, _GLOBALS[globals_id], fn_name, defaults, tuple(types.CellType(v) for v in children))
+
+
+_GLOBALS: dict[int, dict] = {}
+
+
+jax.tree_util.register_pytree_node(Closure, _flatten_closure, _unflatten_closure)
+
+
+def open_closures(v: Any) -> Any:
+    """`v` with each nested function that closes over values wrapped as a Closure node."""
+    if isinstance(v, types.FunctionType) and v.__closure__:
+        try:
+            hash(v.__defaults__)
+        except TypeError:
+            return v  # unhashable defaults: keyed by identity as before
+        return Closure(v)
+    return v
+
+
+def has_closures(leaves: list) -> bool:
+    return any(type(v) is types.FunctionType and v.__closure__ for v in leaves)
+
+
 def to_jax(v: Any) -> Any:
     """A tensor as the JAX array dycl_jax uses for it (int64 -> int32 with a range check)."""
     if isinstance(v, jax.Array):
@@ -56,13 +107,15 @@ def to_jax(v: Any) -> Any:
     if isinstance(v, torch.Tensor):
         return jnp.asarray(tensor_to_numpy(v, "a tensor computed on the host"))
     if isinstance(v, np.ndarray):
-        return jnp.asarray(tensor_to_numpy(torch.from_numpy(np.ascontiguousarray(v)), "an input array"))
+        if v.dtype in (np.int64, np.float64, np.uint64):  # narrowed as torch's int64/float64 would be
+            v = tensor_to_numpy(torch.from_numpy(np.ascontiguousarray(v)), "an input array")
+        return jax.device_put(v)
     return v
 
 
 def to_torch(v: Any) -> Any:
     """A JAX array as the torch tensor the user's code expects (int32 arrays are torch int64)."""
-    if not isinstance(v, jax.Array):
+    if not isinstance(v, ARRAYS):
         return v
     a = np.asarray(v)
     if a.dtype == np.int32:

@@ -24,7 +24,7 @@ def _meta_value(val: Any) -> Any:
     return type(val).__name__
 
 
-def _describe(gm: torch.fx.GraphModule, out: list[str]) -> None:
+def _describe(gm: torch.fx.GraphModule, out: list[str], state_inputs: int = 0) -> None:
     index: dict[torch.fx.Node, int] = {}
 
     def arg(a: Any) -> Any:
@@ -36,8 +36,8 @@ def _describe(gm: torch.fx.GraphModule, out: list[str]) -> None:
             return {k: arg(v) for k, v in a.items()}
         return repr(a)
 
-    for node in gm.graph.nodes:
-        if node.op == "placeholder" and not node.users:
+    for k, node in enumerate(gm.graph.nodes):
+        if node.op == "placeholder" and k < state_inputs and not node.users:
             continue  # export lifts every parameter of the module; only the ones read count
         index[node] = len(index)
         if node.op == "get_attr":
@@ -53,7 +53,9 @@ def _describe(gm: torch.fx.GraphModule, out: list[str]) -> None:
         out.append(f"{index[node]} {node.op} {target} {arg(node.args)} {arg(node.kwargs)} {_meta(node)}")
 
 
-def graph_fingerprint(gm: torch.fx.GraphModule) -> str:
+def graph_fingerprint(gm: torch.fx.GraphModule, state_inputs: int = 0) -> str:
+    """Equal for graphs with the same ops, shapes and inputs; of the first `state_inputs`
+    placeholders (the lifted parameters) only those the graph reads count."""
     lines: list[str] = []
-    _describe(gm, lines)
+    _describe(gm, lines, state_inputs)
     return hashlib.sha256("\n".join(lines).encode()).hexdigest()

@@ -12,10 +12,10 @@ from dycl_jax.rewrite.api import RewriteRecord
 from dycl_jax.runtime.signature import CallSignature
 
 
-def _part_kind(part) -> str:
+def _part_kind(spec, part) -> str:
     kinds = {type(e).__name__ if isinstance(e, Compiled) else e for e in part.cache.values()}
     if part.host_reason is not None:
-        return "host"
+        return "did not stage (host version runs)" if spec.kind == "island" else "host"
     if "Compiled" in kinds:
         return "staged island"
     return "python" if kinds == {DIRECT} else "not run yet"
@@ -37,7 +37,7 @@ def _host_tree(host: DispatchHost, rewrite: RewriteRecord) -> HostNode:
         for part in st.parts:
             first, last = spec.statements[part.first], spec.statements[part.stop - 1]
             where = f"{os.path.basename(spec.file)}:{first.line}" + (f"-{last.line}" if last.line != first.line else "")
-            kind = _part_kind(part)
+            kind = _part_kind(spec, part)
             label = f"{kind}: {where} ({part.stop - part.first} statements, {len(part.cache)} signatures)"
             parent.children.append(HostNode(kind, label))
     return root
@@ -54,7 +54,7 @@ def build_dispatch_report(model_name: str, method: str, host: DispatchHost, sign
     statements = []
     for st in host.regions.values():
         for part in st.parts:
-            if part.host_reason is not None:
+            if part.host_reason is not None and st.spec.kind == "region":
                 s = st.spec.statements[part.first]
                 statements.append(f"{os.path.basename(st.spec.file)}:{s.line} `{s.code}`: {part.host_reason}")
     return ConversionReport(

@@ -95,7 +95,7 @@ def _rewrite(fn: types.FunctionType, helper_cells: dict[str, types.CellType], up
     new_fn, filename, _ = codegen.build(ctx, tree)
     record = FunctionRecord(fn.__qualname__, src.file, src.line, filename, warnings=list(ctx.warnings))
     for site in ctx.sites:
-        if site.kind != "region":
+        if site.kind not in ("region", "island"):
             record.sites.append(SiteRecord(site.kind, site.label, site.line))
     for scope in user_scopes(original):
         for c in constructs(scope, function_locals(scope)):
@@ -274,10 +274,12 @@ def dispatch_plan(model: torch.nn.Module, method: str = "forward") -> DispatchPl
     return DispatchPlan(staged, dispatch, record)
 
 
-def run_dispatch_trace(model: torch.nn.Module, method: str, args: Any) -> tuple[Any, list[tuple[str, bool]]]:
+def run_dispatch_trace(model: torch.nn.Module, method: str, args: Any, hosted: frozenset = frozenset()
+                       ) -> tuple[Any, list[tuple[str, bool]]]:
     """Run the dispatch rewrite eagerly in torch (regions as plain Python), recording every host
-    decision at a data-dependent site: the decisions the dispatch host must make too."""
-    from dycl_jax.rewrite.regions import recording_decisions
+    decision at a data-dependent site: the decisions the dispatch host must make too. Islands
+    named in `hosted` run their host version, as on a dispatch host where they did not stage."""
+    from dycl_jax.rewrite.regions import islands_on_host, recording_decisions
 
     args = args if isinstance(args, tuple) else (args,)
     plan = dispatch_plan(model, method)
@@ -285,7 +287,7 @@ def run_dispatch_trace(model: torch.nn.Module, method: str, args: Any) -> tuple[
     model.eval()
     try:
         with torch.no_grad(), patched([DispatchPlan.bind(t, fn) for t, fn in plan.dispatch]), \
-                recording_decisions() as decisions:
+                islands_on_host(hosted), recording_decisions() as decisions:
             out = getattr(model, method)(*args)
     finally:
         model.train(was_training)

@@ -8,6 +8,7 @@ from typing import Any, Callable
 import torch
 
 from dycl_jax.rewrite import modes
+from dycl_jax.rewrite.constants import static
 from dycl_jax.rewrite.plan import Undefined
 from dycl_jax.rewrite.sites import Site
 
@@ -37,7 +38,7 @@ def unless(flags: tuple, test_fn: Callable[[], Any]) -> Any:
             tensors.append(f)
         elif f:  # Python short-circuit (a tensor flag in plain mode: its truth value)
             return False
-    test = test_fn()
+    test = static(test_fn())  # a constant-built test is decided now, like a Python one
     if not tensors:
         return test
     running = torch.logical_not(tensors[0])

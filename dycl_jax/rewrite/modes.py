@@ -10,6 +10,7 @@ import torch.utils._pytree as pytree
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.proxy_tensor import disable_proxy_modes_tracing
 
+from dycl_jax.rewrite import constants
 from dycl_jax.rewrite.sites import Site
 
 
@@ -55,7 +56,8 @@ def tracing() -> Iterator[list[tuple[str, Any]]]:
     previous = _S.decisions
     _S.decisions = decisions = []
     try:
-        yield decisions
+        with constants.tracked():  # constant-built tensors: decided while tracing, as when staged
+            yield decisions
     finally:
         _S.decisions = previous
 
@@ -87,7 +89,7 @@ def dry_run(values: Any) -> Iterator[Any]:
                 yield values
         else:
             mode = FakeTensorMode(allow_non_fake_inputs=True)
-            fakes = pytree.tree_map_only(torch.Tensor, mode.from_tensor, values)
+            fakes = pytree.tree_map_only(torch.Tensor, lambda t: constants.fake(mode, t), values)
             with mode, torch.no_grad():
                 yield fakes
     finally:

@@ -1,6 +1,7 @@
 """Runtime control-flow operators called by rewritten code.
 
-A Python predicate runs plain Python. A tensor predicate
+A Python predicate runs plain Python, and so does a tensor built only from Python constants
+(`torch.tensor(1)`; constants.py), whose value tracing knows. Any other tensor predicate
   - under `staging()` (around torch.export) emits torch.cond / torch.while_loop;
   - under `tracing()` runs eagerly but mirrors staging: values that would become tensors in
     the graph become tensors here too, and every decision is recorded as (site label, value);
@@ -19,16 +20,17 @@ import torch
 from dycl_jax.errors import DyclError
 from dycl_jax.rewrite import plan as plans, staged
 from dycl_jax.rewrite import modes
+from dycl_jax.rewrite.constants import static
 from dycl_jax.rewrite.modes import staging, tracing
 from dycl_jax.rewrite.plan import Undefined
 from dycl_jax.rewrite.sites import Site
 from dycl_jax.rewrite.exits import ExitOnly, unless, with_dead  # noqa: F401  (unless: called by generated code)
 from dycl_jax.rewrite.values import data, getitem, np_reduce  # noqa: F401  (called by generated code)
-from dycl_jax.rewrite.regions import decide, region  # noqa: F401  (called by dispatch-host code)
+from dycl_jax.rewrite.regions import NOT_STAGED, decide, defined, island, region  # noqa: F401  (dispatch host)
 
 __all__ = ["Undefined", "staging", "tracing", "cond", "switch", "ifexp", "while_loop", "and_", "or_", "not_",
            "item", "as_bool", "as_float", "as_int", "stop", "own", "data", "unless",
-           "np_reduce", "getitem", "region", "decide"]
+           "np_reduce", "getitem", "region", "decide", "defined", "island", "NOT_STAGED"]
 
 
 def _pred(p: Any, site: Site) -> torch.Tensor:
@@ -51,7 +53,7 @@ def _pred(p: Any, site: Site) -> torch.Tensor:
 def cond(pred: Any, true_fn: Callable, false_fn: Callable, inputs: tuple, site: Site) -> tuple:
     """`if pred: ... else: ...` with branch functions that take `inputs`, return the outputs."""
     exit_only = isinstance(pred, ExitOnly) or site.kind == "guard"
-    pred = pred.pred if isinstance(pred, ExitOnly) else pred
+    pred = static(pred.pred if isinstance(pred, ExitOnly) else pred)
     if not isinstance(pred, torch.Tensor):
         return (true_fn if pred else false_fn)(*inputs)
     if modes.current() == "plain":
@@ -71,7 +73,7 @@ def switch(pred_fns: Sequence[Callable[[], Any]], fns: Sequence[Callable], input
     candidates: list[tuple[int, Any]] = []
     for i, pf in enumerate(pred_fns):
         p = pf()
-        p = p.pred if isinstance(p, ExitOnly) else p  # an `elif` branch: its false path goes on
+        p = static(p.pred if isinstance(p, ExitOnly) else p)  # an `elif` branch: its false path goes on
         if isinstance(p, torch.Tensor):
             candidates.append((i, p))
         elif p:
@@ -88,6 +90,7 @@ def switch(pred_fns: Sequence[Callable[[], Any]], fns: Sequence[Callable], input
 
 def ifexp(test: Any, true_fn: Callable, false_fn: Callable, inputs: tuple, site: Site) -> Any:
     """`a if test else b`, the branches as functions of `inputs`."""
+    test = static(test)
     if not isinstance(test, torch.Tensor):
         return true_fn(*inputs) if test else false_fn(*inputs)
     if modes.current() == "plain":
@@ -135,11 +138,11 @@ def while_loop(test_fn: Callable, body_fn: Callable, carry: tuple, invariants: t
     while True:  # Python iterations until the test is a tensor
         if mode == "staging":
             with modes.dry_run((carry, invariants)) as (c, inv):
-                probe = test_fn(*c, *inv)  # no graph nodes for a test that is only looked at
+                probe = static(test_fn(*c, *inv))  # no graph nodes for a test that is only looked at
             if isinstance(probe, torch.Tensor):
                 plan, tensors = staged.loop(site, test_fn, body_fn, carry, invariants, lambda t: _pred(t, site))
                 return plan.rebuild(tensors)
-        test = test_fn(*carry, *invariants)
+        test = static(test_fn(*carry, *invariants))
         if isinstance(test, torch.Tensor) and mode != "plain":
             break
         if not test:
@@ -175,7 +178,7 @@ def _loop_plan(site: Site, body_fn: Callable, carry: tuple, invariants: tuple) -
                                 f"{type(exc).__name__}: {exc}", location=site.location,
                                 fix="keep values the loop changes usable as tensors (e.g. no list indexing "
                                 "with a loop counter), or make the loop condition a Python value") from exc
-            plan = plans.build(site, [raw, *outs], "all")
+            plan = plans.build(site, [raw, *outs], "all", constants=False)
             if plan.kinds() == plans.kinds(current):
                 return plan
     raise DyclError(f"{site.construct}: its variables keep changing type from one iteration to the next",
@@ -189,23 +192,26 @@ def _traced() -> bool:
 
 
 def and_(a: Any, b_fn: Callable[[], Any]) -> Any:
-    """`a and b`: Python short-circuit for Python values, logical_and for tensors when staged."""
-    if isinstance(a, torch.Tensor) and _traced():
+    """`a and b`: Python short-circuit for Python values and constant-built tensors, logical_and
+    for other tensors when staged."""
+    known = static(a) if _traced() else a
+    if isinstance(known, torch.Tensor) and _traced():
         b = b_fn()
         if isinstance(b, torch.Tensor):
             return torch.logical_and(a, b)
         return a != 0 if b else torch.zeros_like(a, dtype=torch.bool)
-    return b_fn() if a else a
+    return b_fn() if known else a
 
 
 def or_(a: Any, b_fn: Callable[[], Any]) -> Any:
     """`a or b`, like and_."""
-    if isinstance(a, torch.Tensor) and _traced():
+    known = static(a) if _traced() else a
+    if isinstance(known, torch.Tensor) and _traced():
         b = b_fn()
         if isinstance(b, torch.Tensor):
             return torch.logical_or(a, b)
         return torch.ones_like(a, dtype=torch.bool) if b else a != 0
-    return a if a else b_fn()
+    return a if known else b_fn()
 
 
 def not_(a: Any) -> Any:

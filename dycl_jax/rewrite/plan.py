@@ -9,6 +9,7 @@ import torch
 import torch.utils._pytree as pytree
 
 from dycl_jax.errors import DyclError
+from dycl_jax.rewrite.constants import ConstTensor, opaque, same_constant
 from dycl_jax.rewrite.sites import RETVAL, Site
 
 _NUMBER = (bool, int, float)
@@ -27,6 +28,11 @@ class Undefined:
 
     def _fail(self, *args: Any, **kwargs: Any) -> Any:
         raise UnboundLocalError(f"local variable {self.name!r} referenced before assignment")
+
+    def __getattr__(self, attr: str) -> Any:  # `x.sum()` on an unassigned x fails as Python would
+        if attr.startswith("__"):
+            raise AttributeError(attr)  # protocol probes (copy, pickle) must see a plain object
+        return self._fail()
 
     __bool__ = __call__ = __iter__ = __len__ = __getitem__ = _fail
     __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = __truediv__ = __matmul__ = _fail
@@ -70,7 +76,8 @@ def same_shape(a: tuple, b: tuple) -> bool:
 
 @dataclass
 class Leaf:
-    """One leaf of an output: a constant shared by all paths, or a tensor with fixed metadata."""
+    """One leaf of an output: a constant shared by all paths (a Python value or a ConstTensor),
+    or a tensor with fixed metadata."""
 
     const: bool
     value: Any = None
@@ -119,7 +126,8 @@ class Plan:
             if var.spec is None:
                 values.append(var.undefined)
                 continue
-            leaves = [leaf.value if leaf.const else next(it) for leaf in var.leaves]
+            leaves = [(leaf.value.make() if isinstance(leaf.value, ConstTensor) else leaf.value) if leaf.const
+                      else next(it) for leaf in var.leaves]
             values.append(pytree.tree_unflatten(leaves, var.spec))
         return tuple(values)
 
@@ -134,8 +142,9 @@ class Plan:
         return out
 
     def normalize(self, values: tuple[Any, ...]) -> tuple[Any, ...]:
-        """What the graph op would return if this path ran (eager mirror of staging)."""
-        return self.rebuild(self.flatten(values, clone=False))
+        """What the graph op would return if this path ran (eager mirror of staging): its tensors
+        are the op's outputs, so none of them is a constant whatever this path computed."""
+        return self.rebuild([opaque(t) for t in self.flatten(values, clone=False)])
 
 
 def kinds(values: tuple[Any, ...]) -> list[tuple]:
@@ -152,7 +161,7 @@ def _error(site: Site, msg: str, fix: str) -> DyclError:
     return DyclError(f"{site.construct}: {msg}", location=site.location, fix=fix)
 
 
-def _unify_leaf(site: Site, j: int, paths: list[int], vals: list[Any]) -> Leaf:
+def _unify_leaf(site: Site, j: int, paths: list[int], vals: list[Any], constants: bool) -> Leaf:
     tensors = [(p, v) for p, v in zip(paths, vals) if isinstance(v, torch.Tensor)]
     what = site.what(j)
     if not tensors:
@@ -171,6 +180,9 @@ def _unify_leaf(site: Site, j: int, paths: list[int], vals: list[Any]) -> Leaf:
                      "different Python objects cannot be chosen by a tensor condition",
                      f"give {what.split(' ', 1)[-1]} the same value on every path, or compute it as a tensor")
     p0, t0 = tensors[0]
+    common = same_constant(vals) if constants else None
+    if common is not None:  # the same constant-built tensor on every path: no graph output needed
+        return Leaf(True, common, dtype=t0.dtype, shape=tuple(t0.shape), device=t0.device)
     for p, v in zip(paths, vals):
         if isinstance(v, torch.Tensor):
             if v.dtype != t0.dtype or not same_shape(tuple(v.shape), tuple(t0.shape)):
@@ -193,9 +205,11 @@ def _unify_leaf(site: Site, j: int, paths: list[int], vals: list[Any]) -> Leaf:
     return Leaf(False, dtype=t0.dtype, shape=tuple(t0.shape), device=t0.device)
 
 
-def build(site: Site, outputs: list[tuple[Any, ...]], placeholders: str = "retval") -> Plan:
+def build(site: Site, outputs: list[tuple[Any, ...]], placeholders: str = "retval", constants: bool = True) -> Plan:
     """Unify the outputs of every path. placeholders: "retval" | "all" — which variables may be
-    undefined on some paths (they get zeros of the defining path's structure there)."""
+    undefined on some paths (they get zeros of the defining path's structure there). constants:
+    whether a constant-built tensor equal on every path stays a constant (not for loop carries:
+    the body reads every carried tensor as a graph input)."""
     vars_ = []
     for j in range(len(site.names)):
         vals = [out[j] for out in outputs]
@@ -218,7 +232,7 @@ def build(site: Site, outputs: list[tuple[Any, ...]], placeholders: str = "retva
                              f"but {_desc_tree(vals[p])} on the {site.where(p, j)}",
                              "return the same structure (same tuple/list/dict layout, tensors in the same places) "
                              "on every path")
-        leaves = [_unify_leaf(site, j, defined, [flats[p][0][i] for p in defined])
+        leaves = [_unify_leaf(site, j, defined, [flats[p][0][i] for p in defined], constants)
                   for i in range(len(flats[defined[0]][0]))]
         vars_.append(VarPlan(spec, leaves))
     return Plan(vars_)

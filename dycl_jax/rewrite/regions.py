@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Protocol, Sequence
 
 from dycl_jax.errors import Location
+from dycl_jax.rewrite.plan import Undefined
 from dycl_jax.rewrite.sites import Site
 
 
@@ -37,7 +38,7 @@ class RegionSpec:
 
     @property
     def label(self) -> str:
-        return f"region@{os.path.basename(self.file)}:{self.line}"
+        return f"{self.kind}@{os.path.basename(self.file)}:{self.line}"
 
     @property
     def location(self) -> Location:
@@ -46,6 +47,17 @@ class RegionSpec:
 
 class Executor(Protocol):
     def run_region(self, spec: RegionSpec, fns: Sequence[Callable], values: tuple) -> tuple: ...
+
+    def run_island(self, spec: RegionSpec, fn: Callable, values: tuple) -> Any: ...
+
+
+class _NotStaged:
+    def __repr__(self) -> str:
+        return "NOT_STAGED"
+
+
+NOT_STAGED = _NotStaged()  # an island that did not stage: its host version runs instead
+_PLAIN_ISLANDS: contextvars.ContextVar[frozenset | None] = contextvars.ContextVar("dycl_plain_islands", default=None)
 
 
 _EXECUTOR: contextvars.ContextVar[Executor | None] = contextvars.ContextVar("dycl_executor", default=None)
@@ -88,6 +100,34 @@ def region(spec: RegionSpec, fns: Sequence[Callable], values: tuple) -> tuple:
     if executor is None:
         return run_statements(spec, fns, values, spec.ins, spec.outs)
     return executor.run_region(spec, fns, values)
+
+
+def island(spec: RegionSpec, fn: Callable, values: tuple) -> Any:
+    """Generated code's call of a staged island: its outputs, or NOT_STAGED."""
+    executor = _EXECUTOR.get()
+    if executor is not None:
+        return executor.run_island(spec, fn, values)
+    hosted = _PLAIN_ISLANDS.get()
+    if hosted is not None and spec.label in hosted:
+        return NOT_STAGED  # mirror a host where this island did not stage
+    return fn(*values)  # plain Python: the staged rewrite runs Python semantics
+
+
+@contextlib.contextmanager
+def islands_on_host(labels: frozenset) -> Iterator[None]:
+    """Without an executor, run these islands' host versions (to mirror a dispatch host)."""
+    token = _PLAIN_ISLANDS.set(labels)
+    try:
+        yield
+    finally:
+        _PLAIN_ISLANDS.reset(token)
+
+
+def defined(value: Any) -> Any:
+    """A value the host returns: an unassigned name fails here, as it would have in Python."""
+    if isinstance(value, Undefined):
+        value._fail()
+    return value
 
 
 def decide(value: Any, site: Site) -> bool:

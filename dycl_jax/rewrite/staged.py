@@ -18,9 +18,10 @@ from torch._higher_order_ops.cond import cond_op
 from torch._higher_order_ops.utils import materialize_as_graph
 from torch._higher_order_ops.while_loop import while_loop_op
 from torch.fx.experimental.proxy_tensor import disable_proxy_modes_tracing
+from torch.utils._mode_utils import no_dispatch
 
 from dycl_jax.errors import DyclError
-from dycl_jax.rewrite import lifting, plan as plans
+from dycl_jax.rewrite import constants, lifting, plan as plans
 from dycl_jax.rewrite.sites import Site
 
 
@@ -49,16 +50,26 @@ class Operands:
 
     Each tensor object is one operand, however often it appears (a parameter passed as an
     argument is also model state): export names subgraph inputs after them, once each.
+    A constant-built tensor (constants.py) is no operand but made afresh in each trace, so the
+    branch still decides its tests on it while tracing, as the eager mirror does; except in the
+    first `carried` groups (a loop's carry, which changes from one iteration to the next).
     """
 
-    def __init__(self, *groups: tuple) -> None:
+    def __init__(self, *groups: tuple, carried: int = 0) -> None:
         self.groups = []
         self.tensors: list[torch.Tensor] = []
         self._where: dict[int, int] = {}
-        for values in groups:
+        for g, values in enumerate(groups):
             leaves, spec = plans.flatten(values)
-            pos = [(i, self._operand(v)) for i, v in enumerate(leaves) if isinstance(v, torch.Tensor)]
-            self.groups.append((leaves, spec, pos))
+            pos, fresh = [], []
+            for i, v in enumerate(leaves):
+                if isinstance(v, torch.Tensor):
+                    c = constants.value(v) if g >= carried else None
+                    if c is None:
+                        pos.append((i, self._operand(v)))
+                    else:
+                        fresh.append((i, id(v), constants.ConstTensor(c)))
+            self.groups.append((leaves, spec, pos, fresh))
         self.n_user = len(self.tensors)
         self.slots, index, state = lifting.current()
         self.index = [self._operand(state[i]) for i in index]
@@ -72,10 +83,15 @@ class Operands:
     def call(self, fn: Callable, ops: tuple[torch.Tensor, ...]) -> Any:
         """fn(*group0, *group1, ...) on values rebuilt from operands, with the state swapped in."""
         args: list[Any] = []
-        for leaves, spec, pos in self.groups:
+        made: dict[int, torch.Tensor] = {}  # one fresh constant per tensor object: aliases stay aliases
+        for leaves, spec, pos, fresh in self.groups:
             rebuilt = list(leaves)
             for i, k in pos:
                 rebuilt[i] = ops[k]
+            for i, key, c in fresh:
+                if key not in made:
+                    made[key] = c.make()
+                rebuilt[i] = made[key]
             args.extend(pytree.tree_unflatten(rebuilt, spec))
         with lifting.swapped(self.slots, self.index, ops):
             return fn(*args)
@@ -91,7 +107,34 @@ def trace(fn: Callable, operands: Operands) -> Traced:
         return [v for v in flat if isinstance(v, torch.Tensor)]
 
     gm = materialize_as_graph(raw, tuple(operands.tensors))
+    _inline_scalar_constants(gm)
     return Traced(gm, side["flat"], side["spec"])
+
+
+def _inline_scalar_constants(gm: torch.fx.GraphModule) -> None:
+    """`torch.tensor(<number>)` in a branch (a flag a block returns) becomes `aten.full`: torch
+    cannot re-trace a cond or while_loop branch that holds a tensor constant while it decomposes
+    the program ("FunctionalTensor on its own")."""
+    lift = torch.ops.aten.lift_fresh_copy.default
+    for node in list(gm.graph.nodes):
+        if not (node.target is lift and node.args[0].op == "get_attr"):
+            continue
+        const = getattr(gm, node.args[0].target, None)
+        if not isinstance(const, torch.Tensor) or const.numel() != 1:
+            continue
+        with no_dispatch():  # a real tensor: read it without tracing the read
+            value = const.item()
+        with gm.graph.inserting_before(node):
+            full = gm.graph.call_function(torch.ops.aten.full.default, (list(const.shape), value),
+                                          {"dtype": const.dtype, "device": const.device})
+        full.meta = dict(node.meta)
+        node.replace_all_uses_with(full)
+        gm.graph.erase_node(node)
+    for node in list(gm.graph.nodes):
+        if node.op == "get_attr" and not node.users and isinstance(getattr(gm, node.target, None), torch.Tensor):
+            gm.graph.erase_node(node)
+            delattr(gm, node.target)
+    gm.recompile()
 
 
 def choice(site: Site, preds: list[torch.Tensor], indices: list[int], fns: list[Callable], inputs: tuple,
@@ -134,7 +177,7 @@ def loop(site: Site, test_fn: Callable, body_fn: Callable, carry: tuple, invaria
     for _ in range(4):
         with disable_proxy_modes_tracing():  # distinct example tensors: the carry owns its operands
             example = pytree.tree_map_only(torch.Tensor, torch.clone, current)
-        ops = Operands(example, invariants)
+        ops = Operands(example, invariants, carried=1)
         try:
             body = trace(body_fn, ops)
         except DyclError:
@@ -145,7 +188,7 @@ def loop(site: Site, test_fn: Callable, body_fn: Callable, carry: tuple, invaria
                             fix="keep values the loop changes usable as tensors (e.g. no list indexing with "
                             "a loop counter), or make the loop condition a Python value") from exc
         outs.append(body.values)
-        plan = plans.build(site, [carry, *outs], "all")
+        plan = plans.build(site, [carry, *outs], "all", constants=False)
         settled = plan.kinds() == plans.kinds(current)
         if settled:
             break
@@ -159,11 +202,11 @@ def loop(site: Site, test_fn: Callable, body_fn: Callable, carry: tuple, invaria
         raise DyclError(f"{site.construct}: the condition is a tensor but the loop changes no tensor",
                         location=site.location, fix="make the loop condition a Python value")
     n = len(init)
-    final = Operands(plan.rebuild(init), invariants)
-    if len(final.tensors) != n + len(Operands((), invariants).tensors):
+    final = Operands(plan.rebuild(init), invariants, carried=1)
+    if len(final.tensors) != n + len(Operands((), invariants, carried=1).tensors):
         # a carried tensor that is also an invariant or model state: give the loop its own copy
         init = [t.clone() for t in init]
-        final = Operands(plan.rebuild(init), invariants)
+        final = Operands(plan.rebuild(init), invariants, carried=1)
 
     test_gm = trace(lambda *a: (as_pred(test_fn(*a)),), ops)
     keep = _used([test_gm.gm, body.gm], n)  # invariants and state the loop reads

@@ -10,12 +10,15 @@ else in the function (or again by itself, for the next loop iteration).
 from __future__ import annotations
 
 import ast
+import copy
+import dataclasses
 from collections import Counter
 
 from dycl_jax.analysis.scopes import access, function_locals, param_names
 from dycl_jax.rewrite.converters.logical import _Logical
 from dycl_jax.rewrite.regions import RegionSpec, StatementSpec
-from dycl_jax.rewrite.templates import OPS, SITES, Context, const, function, locate, name, op_call, set_name, tuple_of
+from dycl_jax.rewrite.templates import (OPS, SITES, Context, const, function, locate, name, op_call, set_name, tuple_of,
+                                        user_scopes)
 
 _SIMPLE = (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Expr, ast.Assert)
 
@@ -36,6 +39,25 @@ def _table(index: int) -> ast.Subscript:
     return ast.Subscript(value=name(SITES), slice=const(index), ctx=ast.Load())
 
 
+_BLOCKERS = (ast.Return, ast.Yield, ast.YieldFrom, ast.Await, ast.Global, ast.Nonlocal, ast.Try, ast.Delete,
+             ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda, ast.With, ast.Raise)
+
+
+def _stageable(s: ast.stmt) -> bool:
+    """A compound statement that may run as one staged program: nothing leaves it early
+    (no return; break/continue only of loops inside it) and nothing the staged rewrite lacks."""
+    if not isinstance(s, (ast.If, ast.For, ast.While)) or isinstance(s, ast.For) and s.orelse:
+        return False
+
+    def ok(node: ast.AST, loops: int) -> bool:
+        if isinstance(node, _BLOCKERS) or isinstance(node, (ast.Break, ast.Continue)) and loops == 0:
+            return False
+        inner = loops + isinstance(node, (ast.For, ast.While))
+        return all(ok(c, inner) for c in ast.iter_child_nodes(node))
+
+    return all(ok(c, isinstance(s, (ast.For, ast.While))) for c in ast.iter_child_nodes(s))
+
+
 class _Splitter:
     def __init__(self, scope: ast.FunctionDef, ctx: Context) -> None:
         self.ctx = ctx
@@ -45,23 +67,28 @@ class _Splitter:
 
     # ------------------------------------------------------------ statements
 
-    def block(self, stmts: list[ast.stmt]) -> list[ast.stmt]:
+    def block(self, stmts: list[ast.stmt], islands: bool = True) -> list[ast.stmt]:
+        """The host version of a block. With `islands`, a run of statements holding a stageable
+        `if`/`for`/`while` is first tried as one staged island (see `_island`)."""
         out: list[ast.stmt] = []
         run: list[ast.stmt] = []
 
         def flush(forced: tuple[str, ...] = ()) -> None:
             if run:
-                out.extend(self._region(list(run), forced))
+                staged = islands and any(not isinstance(x, _SIMPLE) for x in run)
+                out.extend(self._island(list(run), forced) if staged else self._region(list(run), forced))
                 run.clear()
 
         for s in stmts:
-            if isinstance(s, _SIMPLE) and not (isinstance(s, ast.AnnAssign) and s.value is None) \
+            if islands and _stageable(s):
+                run.append(s)
+            elif isinstance(s, _SIMPLE) and not (isinstance(s, ast.AnnAssign) and s.value is None) \
                     and not _has_scope_value(s):
                 run.append(s)
             elif isinstance(s, ast.Return) and s.value is not None:
                 tmp = self._temp("ret", s, s.value, run)
                 flush((tmp,))
-                out.append(ast.copy_location(ast.Return(value=name(tmp)), s))
+                out.append(ast.copy_location(ast.Return(value=op_call("defined", name(tmp))), s))
             elif isinstance(s, ast.If):
                 tmp = self._temp("t", s, self._test(s.test, s), run)
                 flush((tmp,))
@@ -80,6 +107,35 @@ class _Splitter:
                 out.append(self._host(s))
         flush()
         return out
+
+    def _island(self, run: list[ast.stmt], forced: tuple[str, ...]) -> list[ast.stmt]:
+        """Try `run` as one staged program (its staged rewrite, compiled per signature); when it
+        does not stage, its host version (control flow in Python, regions between) runs instead."""
+        acc = access(*run)
+        # written names go in too (a path may leave them unassigned), except generated temps,
+        # which exist only once assigned
+        written = {n for n in acc.writes if not n.startswith("_dycl_")}
+        ins = sorted((acc.reads | acc.mutates | written) & self.locals)
+        inside = Counter(n for x in run for n in _loads(x))
+        elsewhere = {n for n, c in self.reads.items() if c > inside.get(n, 0)}
+        outs = sorted(n for n in acc.writes & self.locals
+                      if n in elsewhere or n in inside or n in forced or n.startswith("_dycl_"))
+        fn_name = self.ctx.fresh("island")
+        island = locate(function(fn_name, ins, copy.deepcopy(run), outs), run[0])
+        _stage(island, self.ctx)
+        site = len(self.ctx.sites)
+        first = run[0].lineno
+        self.ctx.sites.append(RegionSpec(self.ctx.src.file, first,  # type: ignore[arg-type]
+                                         (StatementSpec(fn_name, tuple(ins), tuple(outs), first, self.ctx.code(first)),),
+                                         tuple(ins), tuple(outs), "island"))
+        result = self.ctx.fresh("staged")
+        self.locals.add(result)
+        call = set_name(result, op_call("island", _table(site), name(fn_name), tuple_of(ins)))
+        host = self.block(run, islands=False)  # statements nested inside may still be islands
+        unpack = [ast.Assign(targets=[tuple_of(outs, store=True)], value=name(result))] if outs else [ast.Pass()]
+        test = ast.Compare(left=name(result), ops=[ast.Is()],
+                           comparators=[ast.Attribute(value=name(OPS), attr="NOT_STAGED", ctx=ast.Load())])
+        return locate([island, call, ast.If(test=test, body=host or [ast.Pass()], orelse=unpack)], run[0])
 
     def _host(self, s: ast.stmt) -> ast.stmt:
         """A statement that runs on the host as written; compound ones get split bodies."""
@@ -166,7 +222,8 @@ class _Splitter:
             defs.append(locate(function(fn_name, ins, [*self._unbind(ins), s], outs), s))
             stmts.append(StatementSpec(fn_name, tuple(ins), tuple(outs), s.lineno, self.ctx.code(s.lineno)))
         elsewhere = {n for n, c in self.reads.items() if c > run_reads.get(n, 0)}
-        outs = sorted(n for n in defined if n in elsewhere or n in exposed or n in forced)
+        # generated temps (tests, iterables, return values) are read by the host code after the region
+        outs = sorted(n for n in defined if n in elsewhere or n in exposed or n in forced or n.startswith("_dycl_"))
         spec = RegionSpec(self.ctx.src.file, run[0].lineno, tuple(stmts), tuple(exposed), tuple(outs))
         self.ctx.sites.append(spec)  # type: ignore[arg-type]  (generated code reads specs from the site table)
         call = op_call("region", _table(len(self.ctx.sites) - 1),
@@ -174,6 +231,23 @@ class _Splitter:
                        tuple_of(list(exposed)))
         target: ast.stmt = ast.Assign(targets=[tuple_of(outs, store=True)], value=call) if outs else ast.Expr(call)
         return locate([*defs, target], run[0])
+
+
+def _stage(island: ast.FunctionDef, ctx: Context) -> None:
+    """Run the staged pipeline (from the stages after those already applied) on an island."""
+    from dycl_jax.rewrite.pipeline import PIPELINE  # the pipeline module imports this one
+
+    sub = Context(dataclasses.replace(ctx.src, tree=island), ctx.sites, ctx.warnings, ctx.helpers,
+                  counter=ctx.counter)
+    scopes = user_scopes(island)[::-1]
+    for scope in scopes:
+        scope._dycl_user_locals = function_locals(scope)  # type: ignore[attr-defined]
+    done = {"super_calls", "side_effects", "helpers"}
+    for stage, convert_scope in PIPELINE:
+        if stage not in done:
+            for scope in scopes:
+                convert_scope(scope, sub)
+    ctx.counter = sub.counter
 
 
 def convert(scope: ast.FunctionDef, ctx: Context) -> None:

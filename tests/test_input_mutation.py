@@ -1,0 +1,90 @@
+"""In-place updates of the caller's tensors: torch changes them, a converted model cannot, so both
+hosts refuse with a located InputMutationError; updates of copies convert and match torch."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import dycl_jax
+from dycl_jax.errors import InputMutationError
+
+
+class AliasThenAdd(nn.Module):
+    """`y = x` then `y.add_(1)` after a host value: the caller's x changes in torch."""
+
+    def forward(self, x):
+        y = x
+        n = int((x > 0).sum())
+        y.add_(1)
+        return y[:n]
+
+
+class RunningStats(nn.Module):
+    """instance_norm with running statistics passed in: it updates them in place."""
+
+    def forward(self, x, running_mean, running_var):
+        return F.instance_norm(x, running_mean, running_var, use_input_stats=True)
+
+
+class CopyThenUpdate(nn.Module):
+    """The same updates on a clone: nothing of the caller's changes, so it converts."""
+
+    def forward(self, x):
+        y = x.clone()
+        n = int((y > 0).sum())
+        y.add_(1)
+        y[y > 1.5] = 0
+        return y[:n]
+
+
+class PassThrough(nn.Module):
+    """An argument returned unchanged next to a data-dependent slice."""
+
+    def forward(self, x):
+        y = x
+        n = int((x > 0).sum())
+        return y, x[:n]
+
+
+@pytest.mark.parametrize("host", ["auto", "dispatch"])
+def test_update_of_an_argument_is_refused_at_its_line(host):
+    with pytest.raises(InputMutationError) as info:
+        dycl_jax.to_jax(AliasThenAdd(), (torch.randn(6),), host=host)
+    err = info.value
+    assert err.location is not None and err.location.file == __file__
+    assert "y.add_(1)" in err.location.code
+    assert "clone()" in err.fix
+
+
+@pytest.mark.parametrize("host", ["auto", "staged", "dispatch"])
+def test_running_statistics_updated_in_place_are_refused_under_every_host(host):
+    # auto must not fall back to dispatch here: dispatch cannot update the caller's tensors either
+    args = (torch.randn(2, 3, 4), torch.zeros(3), torch.ones(3))
+    with pytest.raises(InputMutationError):
+        dycl_jax.to_jax(RunningStats(), args, host=host, dynamic_batch=False)
+
+
+def test_updates_of_a_copy_convert_and_match_torch():
+    torch.manual_seed(0)
+    m = CopyThenUpdate()
+    jm = dycl_jax.to_jax(m, (torch.randn(6),))
+    assert jm.host == "dispatch"
+    for _ in range(5):
+        x = torch.randn(6)
+        kept = x.clone()
+        got = np.asarray(jm(x))
+        want = m(x).numpy()
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+        assert torch.equal(x, kept)
+
+
+def test_an_argument_returned_unchanged_is_the_same_array():
+    jm = dycl_jax.to_jax(PassThrough(), (torch.randn(6),), host="dispatch")
+    x = torch.randn(6)
+    y, head = jm(x)
+    np.testing.assert_array_equal(np.asarray(y), x.numpy())
+    assert np.asarray(head).shape == (int((x > 0).sum()),)
