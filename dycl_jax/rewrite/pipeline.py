@@ -5,7 +5,7 @@ import ast
 from typing import Callable
 
 from dycl_jax.analysis.scopes import function_locals
-from dycl_jax.rewrite.converters import (dispatch_split, helpers, host_values, jump_else, logical, loop_exits, predicates,
+from dycl_jax.rewrite.converters import (counted_while, dispatch_split, helpers, host_values, jump_else, logical, loop_exits, predicates,
                                          returns, side_effects, structured, super_calls, tensor_data,
                                          ternary, undefined_init)
 from dycl_jax.rewrite.templates import Context, user_scopes
@@ -20,6 +20,7 @@ PIPELINE: list[tuple[str, Callable[[ast.FunctionDef, Context], None]]] = [
     ("tensor_data", tensor_data.convert),
     ("predicates", predicates.convert),
     ("host_values", host_values.convert),  # after the static marks: `xs[i]` in a test stays static
+    ("counted_while", counted_while.convert),  # before exits become flags: its `for` takes them as any `for` does
     ("jump_else", jump_else.convert),  # before exits become flags: one cond per complete path
     ("returns", returns.convert),
     ("loop_exits", loop_exits.convert),
@@ -35,6 +36,7 @@ DISPATCH_PIPELINE: list[tuple[str, Callable[[ast.FunctionDef, Context], None]]] 
     ("super_calls", super_calls.convert),
     ("side_effects", side_effects.convert),
     ("helpers", helpers.convert),
+    ("counted_while", counted_while.convert),  # the loop can then be one staged island
     ("predicates", predicates.convert),  # static marks; `.item()` in dynamic tests stays a tensor
     ("dispatch_split", dispatch_split.convert),
 ]

@@ -36,6 +36,7 @@ MODELS = (
     "anytime_msdnet",
     "energy_selector",
     "nested_while_if",
+    "while_modulelist",  # a counted `while` over a ModuleList: staged as a static `for` (counted_while.py)
 )
 
 # Output shapes or structure depend on the data (decode loops, shape-changing branches,
@@ -48,7 +49,6 @@ DISPATCH_MODELS = (
     "moe",
     "shape_branch",
     "numpy_fallback",
-    "while_modulelist",
     "skip_logging",
 )
 

@@ -115,7 +115,10 @@ class _Splitter:
         # written names go in too (a path may leave them unassigned), except generated temps,
         # which exist only once assigned
         written = {n for n in acc.writes if not n.startswith("_dycl_")}
-        ins = sorted((acc.reads | acc.mutates | written) & self.locals)
+        # a generated loop counter (counted_while.py) is assigned before every read of it
+        counters = {n.target.id for x in run for n in ast.walk(x)
+                    if isinstance(n, ast.For) and isinstance(n.target, ast.Name) and n.target.id.startswith("_dycl_")}
+        ins = sorted(((acc.reads | acc.mutates | written) & self.locals) - counters)
         inside = Counter(n for x in run for n in _loads(x))
         elsewhere = {n for n, c in self.reads.items() if c > inside.get(n, 0)}
         outs = sorted(n for n in acc.writes & self.locals
