@@ -108,6 +108,39 @@ def _dynamic_shapes(tensors: list[torch.Tensor], dynamic_batch: bool) -> tuple[A
     return (specs,)
 
 
+def _core_aten_table() -> dict:
+    # `detach` must reach the lowering (lax.stop_gradient): the default table turns it into
+    # `alias`, which would make a straight-through estimator's gradient zero under jax.grad
+    table = torch.export.default_decompositions()
+    table.pop(torch.ops.aten.detach.default, None)
+    return table
+
+
+def _detach_no_grad_outputs(ep: ExportedProgram) -> None:
+    """`with torch.no_grad():` arrives as a wrap_with_set_grad_enabled(False, ...) region, which
+    decomposition inlines; detaching its outputs first keeps torch's gradients (none through it)."""
+    hop = torch.ops.higher_order.wrap_with_set_grad_enabled
+    for gm in ep.graph_module.modules():
+        if not isinstance(gm, torch.fx.GraphModule):
+            continue
+        regions = [n for n in gm.graph.nodes if n.op == "call_function" and n.target is hop and n.args[0] is False]
+        for node in regions:
+            for out in list(node.users):  # the region's outputs come out through getitem
+                with gm.graph.inserting_after(out):
+                    detached = gm.graph.call_function(torch.ops.aten.detach.default, (out,))
+                detached.meta = dict(out.meta)
+                out.replace_all_uses_with(detached, delete_user_cb=lambda n, d=detached: n is not d)
+        if regions:
+            gm.recompile()
+
+
+def to_core_aten(ep: ExportedProgram) -> ExportedProgram:
+    """Decompose an exported program to core ATen, keeping `detach` (see _core_aten_table) and
+    the gradient cut of `no_grad` blocks."""
+    _detach_no_grad_outputs(ep)
+    return ep.run_decompositions(_core_aten_table())
+
+
 def capture(
     model: torch.nn.Module,
     example_args: tuple[Any, ...],
@@ -128,7 +161,7 @@ def capture(
         with warnings.catch_warnings(), _eval_mode(model), _quiet_torch_logs():
             warnings.simplefilter("ignore")
             ep = torch.export.export(wrapper, tuple(tensors), dynamic_shapes=_dynamic_shapes(tensors, dynamic_batch))
-            ep = decompose(ep) if decompose else ep.run_decompositions()
+            ep = decompose(ep) if decompose else to_core_aten(ep)
     except DyclError:
         raise
     except Exception as exc:

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 from torch.export import ExportedProgram
 
-from dycl_jax.capture.export import StateEntry, _eval_mode, _quiet_torch_logs, _state_entries
+from dycl_jax.capture.export import StateEntry, _eval_mode, _quiet_torch_logs, _state_entries, to_core_aten
 from dycl_jax.errors import CaptureError
 from dycl_jax.rewrite.plan import Undefined
 
@@ -113,7 +113,7 @@ def capture_call(root: torch.nn.Module, fn: Callable, args: tuple, context: Call
         stack.enter_context(context())
         stack.enter_context(_eval_mode(root))  # warnings are off here: to_jax warned once already
         ep = torch.export.export(wrapper, tensors)
-        ep = ep.run_decompositions()
+        ep = to_core_aten(ep)
     return CapturedRegion(ep, _state_entries(ep), sink["tree"], sink["slots"], sink["constants"],
                           time.perf_counter() - start, sink["mutated"], sink["passed"])
 

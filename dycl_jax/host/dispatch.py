@@ -81,10 +81,13 @@ class Compiled:
     constants: list[Any]
     mutated: tuple[int, ...] = ()  # input leaves the graph updates in place (checked against the caller's)
     passed: list[int | None] | None = None  # per output leaf: the input leaf it returns unchanged
+    no_grad: bool = False  # captured inside the user's `with torch.no_grad():`
 
     def run(self, state: Sequence[Any], leaves: list[Any]) -> Any:
         inputs = [state[v] if is_state else v for is_state, v in self.sources]
         outs = self.fn(inputs, [leaves[i] for i in self.tensor_leaves])
+        if self.no_grad:  # as in torch, no gradient flows out of a no_grad block
+            outs = [jax.lax.stop_gradient(o) for o in outs]
         flat = [outs[s] if s is not None else c for s, c in zip(self.slots, self.constants)]
         if self.passed is not None:
             flat = [leaves[p] if p is not None else v for p, v in zip(self.passed, flat)]
@@ -160,7 +163,9 @@ class DispatchHost:
         if training:  # converted models run in eval mode (BatchNorm statistics, no dropout)
             self.root.eval()
         try:
-            with executing(self), _land(False), patched(self.bindings), torch.no_grad():
+            # grad mode on, so that the user's own `with torch.no_grad():` blocks are seen by the
+            # regions inside them (their outputs get lax.stop_gradient); host statements run without it
+            with executing(self), _land(False), patched(self.bindings), torch.enable_grad():
                 return getattr(self.root, self.method)(*args)
         finally:
             self._state, self._arg_ids = previous, previous_ids
@@ -236,7 +241,7 @@ class DispatchHost:
         if values.has_closures(leaves):  # what nested functions close over becomes region input
             leaves, tree = jax.tree_util.tree_flatten(jax.tree_util.tree_map(values.open_closures, (vals, attrs)))
         leaves = [values.to_jax(v) if isinstance(v, torch.Tensor) else v for v in leaves]
-        key = (tree, tuple(map(leaf_key, leaves)))
+        key = (tree, tuple(map(leaf_key, leaves)), torch.is_grad_enabled())
         entry = part.cache.get(key)
         if isinstance(entry, Compiled):
             if entry.mutated:
@@ -268,7 +273,7 @@ class DispatchHost:
         inputs = [t for t in torch_leaves if isinstance(t, torch.Tensor)]
         versions = [t._version for t in inputs]
         before = self.attrs.snapshot()
-        with _land(True):
+        with _land(True), torch.no_grad():  # values cross to JAX as arrays: no autograd graph needed
             outs, new_attrs = self._body(spec, part, fns)(vals, attrs)
         changed = {id(t) for t, v in zip(inputs, versions) if t._version != v}
         self._check_arguments_kept(spec, part, leaves, tuple(i for i, t in enumerate(torch_leaves) if id(t) in changed))
@@ -289,7 +294,7 @@ class DispatchHost:
             # no tensor in: run it as Python; if no tensor comes out and no attribute changes, it stays Python
             probe_vals, probe_attrs = jax.tree_util.tree_unflatten(tree, leaves)
             before = self.attrs.snapshot()
-            with _land(True):
+            with _land(True), torch.no_grad():
                 outs, _ = self._body(spec, part, fns)(probe_vals, probe_attrs)
             quiet = not self.attrs.changed(before)
             self.attrs.restore(before)
@@ -367,7 +372,8 @@ class DispatchHost:
                 sources.append((False, values.to_jax(entry.tensor)))
         tensor_leaves = [i for i, v in enumerate(leaves) if isinstance(v, values.ARRAYS)]
         return Compiled(fn, sources, tensor_leaves, cap.out_tree, cap.slots, cap.constants, cap.mutated,
-                        cap.passed if any(p is not None for p in cap.passed) else None)
+                        cap.passed if any(p is not None for p in cap.passed) else None,
+                        not torch.is_grad_enabled())
 
     def _fall_back(self, st: RegionState, part: Part, fns: Sequence[Callable], vals: tuple, leaves: list,
                    tree: Any, key: Any, exc: BaseException) -> tuple:

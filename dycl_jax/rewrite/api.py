@@ -1,10 +1,11 @@
 """Integration hook: rewrite a model method (and what it reaches) and patch it in, on the instances."""
 from __future__ import annotations
 
+import ast
 import contextlib
+import copy
 import inspect
 import linecache
-import copy
 import dataclasses
 import types
 import warnings
@@ -124,6 +125,10 @@ def _referenced(fn: types.FunctionType, rewritten: dict[types.FunctionType, Any]
     return names
 
 
+def _reads_data(tree: ast.AST) -> bool:
+    return any(isinstance(n, ast.Attribute) and n.attr == "data" and isinstance(n.ctx, ast.Load) for n in ast.walk(tree))
+
+
 def _plan(model: torch.nn.Module, method: str) -> tuple[list[disc.Target], dict[types.FunctionType, _Rewritten],
                                                         dict[types.FunctionType, types.CellType]]:
     targets, helpers = disc.discover(model, method)
@@ -131,9 +136,11 @@ def _plan(model: torch.nn.Module, method: str) -> tuple[list[disc.Target], dict[
     for fn in functions:  # user frames stay in export's stack traces (node → user line)
         codegen.keep_frames(fn.__code__)
     dynamic: set[types.FunctionType] = set()
-    for fn in functions:  # source is read only for code that branches
+    for fn in functions:  # source is read only for code that branches or reads `.data`
         if disc.has_branching(fn.__code__) and needs_rewrite(read_function(fn).tree):
             dynamic.add(fn)
+        elif "data" in disc.code_names(fn.__code__) and _reads_data(read_function(fn).tree):
+            dynamic.add(fn)  # torch.export cannot trace `.data`; the rewrite makes it `.detach()`
     helper_fns = {h.fn for h in helpers}
     changed = True
     while changed:  # callers of rewritten helpers are rewritten too, to call the new version

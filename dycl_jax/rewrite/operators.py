@@ -25,11 +25,11 @@ from dycl_jax.rewrite.modes import staging, tracing
 from dycl_jax.rewrite.plan import Undefined
 from dycl_jax.rewrite.sites import Site
 from dycl_jax.rewrite.exits import ExitOnly, unless, with_dead  # noqa: F401  (unless: called by generated code)
-from dycl_jax.rewrite.values import data, getitem, np_reduce  # noqa: F401  (called by generated code)
+from dycl_jax.rewrite.values import and_value, data, getitem, np_reduce, or_value  # noqa: F401  (called by generated code)
 from dycl_jax.rewrite.regions import NOT_STAGED, decide, defined, island, region  # noqa: F401  (dispatch host)
 
 __all__ = ["Undefined", "staging", "tracing", "cond", "switch", "ifexp", "while_loop", "and_", "or_", "not_",
-           "item", "as_bool", "as_float", "as_int", "stop", "own", "data", "unless",
+           "and_value", "or_value", "item", "as_bool", "as_float", "as_int", "stop", "own", "data", "unless",
            "np_reduce", "getitem", "region", "decide", "defined", "island", "NOT_STAGED"]
 
 
@@ -215,8 +215,9 @@ def or_(a: Any, b_fn: Callable[[], Any]) -> Any:
 
 
 def not_(a: Any) -> Any:
+    """`not a`: Python gives a bool, so a one-element tensor gives a 0-d bool tensor when staged."""
     if isinstance(a, torch.Tensor) and _traced():
-        return torch.logical_not(a)
+        return torch.logical_not(a.reshape(()) if a.numel() == 1 else a)
     return not a
 
 

@@ -11,6 +11,7 @@ import torch.utils._pytree as pytree
 
 from dycl_jax.errors import DyclError
 from dycl_jax.rewrite import modes, plan as plans
+from dycl_jax.rewrite.constants import static
 from dycl_jax.source import origins
 
 _TORCH_REDUCTIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
@@ -43,8 +44,8 @@ _LIST_FIX = "keep the list elements tensors of one shape and dtype (or index it 
 _SELECTION = "; a list indexed by a tensor becomes a selection among its elements"
 
 
-def _error(what: str, fix: str) -> DyclError:
-    caller = sys._getframe(2)  # the generated line, mapped back to the user's
+def _error(what: str, fix: str, depth: int = 2) -> DyclError:
+    caller = sys._getframe(depth)  # the generated line, mapped back to the user's
     return DyclError(what, location=origins.resolve(caller.f_code.co_filename, caller.f_lineno), fix=fix)
 
 
@@ -78,3 +79,37 @@ def getitem(seq: Any, index: Any) -> Any:
                              _LIST_FIX)
         picked.append(torch.index_select(torch.stack(column), 0, i).squeeze(0))
     return pytree.tree_unflatten(picked, spec)
+
+
+def and_value(a: Any, b_fn: Callable[[], Any]) -> Any:
+    """`a and b` whose result is used as a value: `b` if `a` is true, else `a` (an operand, as in
+    Python); for a one-element tensor `a` when staged, a select between the two operands."""
+    return _select_operand(a, b_fn, when_true="b")
+
+
+def or_value(a: Any, b_fn: Callable[[], Any]) -> Any:
+    """`a or b` whose result is used as a value: `a` if `a` is true, else `b`."""
+    return _select_operand(a, b_fn, when_true="a")
+
+
+def _select_operand(a: Any, b_fn: Callable[[], Any], when_true: str) -> Any:
+    known = static(a) if _traced() else a
+    if not (isinstance(known, torch.Tensor) and _traced() and known.numel() == 1):
+        # Python values, constant-built tensors, eager runs: Python's own short-circuit
+        # (a tensor of several elements raises torch's own "ambiguous" error here, as in torch)
+        if when_true == "a":
+            return a if known else b_fn()
+        return b_fn() if known else a
+    b = b_fn()
+    if not (isinstance(b, torch.Tensor) and b.dtype == a.dtype and tuple(b.shape) == tuple(a.shape)):
+        raise _value_error(a, b)
+    truth = a.reshape(()) != 0
+    return torch.where(truth, a, b) if when_true == "a" else torch.where(truth, b, a)
+
+
+def _value_error(a: torch.Tensor, b: Any) -> DyclError:
+    what = f"{type(b).__name__}" if not isinstance(b, torch.Tensor) else f"{b.dtype} {list(b.shape)}"
+    return _error(f"`and`/`or` used as a value picks an operand by the tensor's value, and the operands "
+                  f"differ ({a.dtype} {list(a.shape)} and {what}): one XLA program cannot return either",
+                  'convert with host="auto" (the default) or host="dispatch", or write '
+                  "`torch.where(a != 0, a, b)` with operands of one shape and dtype", depth=4)

@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 import jax.numpy as jnp
+from jax import lax
 import numpy as np
 
 from dycl_jax.errors import DyclError
@@ -229,9 +230,14 @@ def clone(x, *, memory_format=None):
     return x  # JAX arrays are immutable: a clone needs no copy
 
 
-@register(aten.detach.default, aten.lift_fresh_copy.default)
-def detach(x):
+@register(aten.lift_fresh_copy.default)
+def lift_fresh_copy(x):
     return x
+
+
+@register(aten.detach.default)
+def detach(x):
+    return lax.stop_gradient(x)  # torch autograd does not flow through detach, nor jax.grad here
 
 
 @register(aten.copy.default)

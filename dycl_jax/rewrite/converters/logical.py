@@ -1,9 +1,32 @@
-"""`and` / `or` / `not` → operators: Python short-circuit for Python values, logical ops for tensors."""
+"""`and` / `or` / `not` → operators: Python short-circuit for Python values; for tensors, logical
+ops where only the truth value counts (tests) and operand selection elsewhere (`v = a or b`
+returns `a` or `b`, as Python does)."""
 from __future__ import annotations
 
 import ast
 
 from dycl_jax.rewrite.templates import Context, lambda_, locate, op_call
+
+
+def _mark_tests(root: ast.AST) -> None:
+    """Mark the `and`/`or` nodes whose value is only tested for truth (tests of if / while /
+    ternaries / assert, and through `not` and nested `and`/`or` inside them)."""
+    def mark(e: ast.AST) -> None:
+        if isinstance(e, ast.BoolOp):
+            e._dycl_truth = True  # type: ignore[attr-defined]
+            for v in e.values:
+                mark(v)
+        elif isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.Not):
+            mark(e.operand)
+
+    for node in ast.walk(root):
+        if isinstance(node, (ast.If, ast.While, ast.IfExp, ast.Assert)):
+            mark(node.test)
+        elif isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+            mark(node.operand)  # `not v` is a truth value whatever v is
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "ifexp"
+              and node.args):  # a ternary the ternary converter already turned into an operator
+            mark(node.args[0])
 
 
 class _Logical(ast.NodeTransformer):
@@ -15,6 +38,8 @@ class _Logical(ast.NodeTransformer):
         if self._skip(node):
             return node
         op = "and_" if isinstance(node.op, ast.And) else "or_"
+        if not getattr(node, "_dycl_truth", False):
+            op += "value"  # the result is used as a value: it must be one of the operands
         result = node.values[-1]
         for value in reversed(node.values[:-1]):
             result = op_call(op, value, lambda_([], result))
@@ -43,5 +68,6 @@ class _Logical(ast.NodeTransformer):
 def convert(scope: ast.FunctionDef, ctx: Context) -> None:
     if scope is not ctx.src.tree:
         return  # one pass covers nested defs too
+    _mark_tests(scope)
     transformer = _Logical()
     scope.body = [transformer.visit(s) for s in scope.body]
