@@ -19,11 +19,13 @@ from dycl_jax.lower.interpreter import LoweredGraph
 from dycl_jax.report.build import build_report
 from dycl_jax.report.dispatch import build_dispatch_report
 from dycl_jax.rewrite.api import dispatch_plan, rewritten, staging
+from dycl_jax.rewrite.modes import exclusive
 from dycl_jax.runtime.model import JaxModel
 from dycl_jax.runtime.signature import CallSignature
 from dycl_jax.runtime.state import build_module
 
 
+@exclusive
 def to_jax(
     model: torch.nn.Module,
     example_args: Any,

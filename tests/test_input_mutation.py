@@ -88,3 +88,15 @@ def test_an_argument_returned_unchanged_is_the_same_array():
     y, head = jm(x)
     np.testing.assert_array_equal(np.asarray(y), x.numpy())
     assert np.asarray(head).shape == (int((x > 0).sum()),)
+
+
+def test_conversion_and_calls_under_inference_mode():
+    """Inference-mode tensors have no version counter; the update checks must still work."""
+    model = CopyThenUpdate().eval()
+    with torch.inference_mode():
+        jm = dycl_jax.to_jax(model, (torch.randn(6),))
+        for _ in range(3):
+            x = torch.randn(6)
+            np.testing.assert_allclose(np.asarray(jm(x)), model(x).numpy(), rtol=1e-6, atol=1e-6)
+    with torch.inference_mode(), pytest.raises(InputMutationError):
+        dycl_jax.to_jax(AliasThenAdd(), (torch.randn(6),))

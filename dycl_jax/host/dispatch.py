@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import functools
+import operator
 import os
 import types
 from dataclasses import dataclass, field
@@ -32,7 +33,7 @@ from dycl_jax.lower.fingerprint import graph_fingerprint
 from dycl_jax.lower.interpreter import LoweredGraph
 from dycl_jax.rewrite import lifting
 from dycl_jax.rewrite.api import DispatchPlan, patched
-from dycl_jax.rewrite.modes import staging
+from dycl_jax.rewrite.modes import exclusive, staging
 from dycl_jax.rewrite.regions import NOT_STAGED, RegionSpec, executing, run_statements
 
 # True while a host statement runs in torch: a dispatch-rewritten method called from there
@@ -83,15 +84,39 @@ class Compiled:
     passed: list[int | None] | None = None  # per output leaf: the input leaf it returns unchanged
     no_grad: bool = False  # captured inside the user's `with torch.no_grad():`
 
+    def __post_init__(self) -> None:
+        # the per-call gathers run in C (itemgetter): islands take every parameter they read
+        state_only = all(is_state for is_state, _ in self.sources)
+        self._state_inputs = _getter([v for _, v in self.sources]) if state_only else None
+        self._tensors = _getter(self.tensor_leaves)
+        self._all_outputs = self.slots == list(range(len(self.slots)))
+
     def run(self, state: Sequence[Any], leaves: list[Any]) -> Any:
-        inputs = [state[v] if is_state else v for is_state, v in self.sources]
-        outs = self.fn(inputs, [leaves[i] for i in self.tensor_leaves])
+        if self._state_inputs is not None:
+            inputs = self._state_inputs(state)
+        else:
+            inputs = [state[v] if is_state else v for is_state, v in self.sources]
+        outs = self.fn(inputs, self._tensors(leaves))
         if self.no_grad:  # as in torch, no gradient flows out of a no_grad block
             outs = [jax.lax.stop_gradient(o) for o in outs]
-        flat = [outs[s] if s is not None else c for s, c in zip(self.slots, self.constants)]
+        if self._all_outputs:
+            flat = list(outs)
+        else:
+            flat = [outs[s] if s is not None else c for s, c in zip(self.slots, self.constants)]
         if self.passed is not None:
             flat = [leaves[p] if p is not None else v for p, v in zip(self.passed, flat)]
         return jax.tree_util.tree_unflatten(self.out_tree, flat)
+
+
+def _getter(indices: list[int]) -> Callable[[Sequence[Any]], list]:
+    """seq -> [seq[i] for i in indices], as a list (the jitted programs take lists)."""
+    if not indices:
+        return lambda seq: []
+    if len(indices) == 1:
+        i = indices[0]
+        return lambda seq: [seq[i]]
+    pick = operator.itemgetter(*indices)
+    return lambda seq: list(pick(seq))
 
 
 DIRECT = "python"  # a signature with no tensors in or out: the statements run as plain Python
@@ -151,11 +176,13 @@ class DispatchHost:
 
     # ------------------------------------------------------------ calling
 
+    @exclusive  # regions are captured on first use, under torch.export's and the rewrite's global modes
     def __call__(self, state: Sequence[Any], tensors: Sequence[Any]) -> Any:
         leaves = list(self.arg_leaves)
         for i, t in zip(self.tensor_index, tensors):
-            # numpy inputs stay numpy: jitted regions take them directly (device_put costs ~100 µs)
-            leaves[i] = values.to_jax(t) if isinstance(t, torch.Tensor) else t
+            # inputs become (or stay) numpy: jitted regions take them directly, as the staged host
+            # does, while a device_put first would cost tens of µs per input
+            leaves[i] = values.to_host(t) if isinstance(t, torch.Tensor) else t
         args = pytree.tree_unflatten(leaves, self.in_spec)
         previous, self._state = self._state, state
         previous_ids, self._arg_ids = self._arg_ids, frozenset(id(leaves[i]) for i in self.tensor_index)
@@ -165,7 +192,9 @@ class DispatchHost:
         try:
             # grad mode on, so that the user's own `with torch.no_grad():` blocks are seen by the
             # regions inside them (their outputs get lax.stop_gradient); host statements run without it
-            with executing(self), _land(False), patched(self.bindings), torch.enable_grad():
+            # (and out of inference mode, whose tensors have no version counter to check updates with)
+            with executing(self), _land(False), patched(self.bindings), torch.inference_mode(False), \
+                    torch.enable_grad():
                 return getattr(self.root, self.method)(*args)
         finally:
             self._state, self._arg_ids = previous, previous_ids

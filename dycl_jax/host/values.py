@@ -113,6 +113,11 @@ def to_jax(v: Any) -> Any:
     return v
 
 
+def to_host(t: torch.Tensor) -> np.ndarray:
+    """A tensor input as the numpy array the host passes around (int64 -> int32, range-checked)."""
+    return tensor_to_numpy(t, "an input tensor")
+
+
 def to_torch(v: Any) -> Any:
     """A JAX array as the torch tensor the user's code expects (int32 arrays are torch int64)."""
     if not isinstance(v, ARRAYS):

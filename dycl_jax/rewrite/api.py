@@ -19,6 +19,7 @@ from dycl_jax.errors import DyclError
 from dycl_jax.analysis.dynamism import constructs, needs_rewrite
 from dycl_jax.analysis.scopes import function_locals
 from dycl_jax.rewrite import codegen, lifting, pipeline
+from dycl_jax.rewrite.modes import exclusive
 from dycl_jax.rewrite.operators import staging, tracing  # noqa: F401  (re-exported for the capture stage)
 from dycl_jax.rewrite.templates import Context, user_scopes
 from dycl_jax.source import discover as disc
@@ -199,6 +200,7 @@ def rewritten(model: torch.nn.Module, method: str = "forward") -> Iterator[Rewri
                 owner.__dict__.pop(attr, None)
 
 
+@exclusive
 def run_torch_trace(model: torch.nn.Module, method: str, args: Any) -> tuple[Any, list[tuple[str, Any]]]:
     """Run the rewritten program eagerly, recording every decision (site, value).
 
@@ -281,6 +283,7 @@ def dispatch_plan(model: torch.nn.Module, method: str = "forward") -> DispatchPl
     return DispatchPlan(staged, dispatch, record)
 
 
+@exclusive
 def run_dispatch_trace(model: torch.nn.Module, method: str, args: Any, hosted: frozenset = frozenset()
                        ) -> tuple[Any, list[tuple[str, bool]]]:
     """Run the dispatch rewrite eagerly in torch (regions as plain Python), recording every host

@@ -3,7 +3,9 @@ recording decisions), and dry runs (shapes only, used to plan branch outputs).""
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Iterator
+import functools
+import threading
+from typing import Any, Callable, Iterator, TypeVar
 
 import torch
 import torch.utils._pytree as pytree
@@ -12,6 +14,23 @@ from torch.fx.experimental.proxy_tensor import disable_proxy_modes_tracing
 
 from dycl_jax.rewrite import constants
 from dycl_jax.rewrite.sites import Site
+
+
+# Operator modes, constant tracking and state lifting are process-wide while torch.export or a
+# rewritten program runs (torch.export itself keeps global state too), so everything that runs
+# rewritten code takes this lock: conversions, dispatch-host calls (they capture lazily) and
+# the eager traces. Calls of staged models run only jitted JAX code and need no lock.
+_LOCK = threading.RLock()
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def exclusive(fn: _F) -> _F:
+    """Run `fn` holding the lock that guards the rewrite's process-wide modes."""
+    @functools.wraps(fn)
+    def locked(*args: Any, **kwargs: Any) -> Any:
+        with _LOCK:
+            return fn(*args, **kwargs)
+    return locked  # type: ignore[return-value]
 
 
 class _State:

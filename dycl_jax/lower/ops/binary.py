@@ -1,16 +1,41 @@
 """Elementwise binary ops: arithmetic, division modes, pow, comparisons, logic, where and clamp."""
 from __future__ import annotations
 
+import functools
 import operator
 from typing import Any, Callable
 
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from dycl_jax.lower.dtypes import INT32_MAX, INT32_MIN
 from dycl_jax.lower.ops._util import aten
 from dycl_jax.lower.ops.elementwise import is_float, is_int, operands, scalar_for, to_float
 from dycl_jax.lower.registry import register
+
+
+_HALF = (jnp.dtype(jnp.float16), jnp.dtype(jnp.bfloat16))
+
+
+def _opmath(fn: Callable) -> Callable:
+    """A half-precision array meeting a Python number (or an `alpha`) is computed in float32 and
+    rounded once, as torch's kernels do (their opmath type): rounding the scalar to float16
+    first would turn `x / 70000.0` into `x / inf`, or drop a scale below float16's resolution.
+    `alpha` alone is rounded to the tensor's dtype first, as torch does."""
+    @functools.wraps(fn)
+    def wrapped(a: Any, b: Any, **kwargs: Any) -> Any:
+        arrays = [v for v in (a, b) if hasattr(v, "dtype")]
+        kinds = {v.dtype for v in arrays}
+        number = len(arrays) == 1 and not isinstance(a if arrays[0] is b else b, bool)
+        if not (len(kinds) == 1 and kinds <= set(_HALF) and (number or kwargs.get("alpha") not in (None, 1))):
+            return fn(a, b, **kwargs)
+        half = kinds.pop()
+        if kwargs.get("alpha") is not None:  # torch rounds alpha to the tensor's dtype (not the other scalar)
+            kwargs["alpha"] = float(np.asarray(kwargs["alpha"], dtype=half).astype(np.float32))
+        up = [v.astype(jnp.float32) if hasattr(v, "dtype") else v for v in (a, b)]
+        return fn(*up, **kwargs).astype(half)
+    return wrapped
 
 
 def _alpha(b: Any, alpha: Any) -> Any:
@@ -21,24 +46,28 @@ def _alpha(b: Any, alpha: Any) -> Any:
 
 # ---------------------------------------------------------------------------- arithmetic
 @register(aten.add.Tensor, aten.add.Scalar)
+@_opmath
 def add(a, b, *, alpha=None):
     a, b = operands(a, b)
     return a + _alpha(b, alpha)
 
 
 @register(aten.sub.Tensor, aten.sub.Scalar)
+@_opmath
 def sub(a, b, *, alpha=None):
     a, b = operands(a, b)
     return a - _alpha(b, alpha)
 
 
 @register(aten.rsub.Tensor, aten.rsub.Scalar)
+@_opmath
 def rsub(a, b, *, alpha=None):
     a, b = operands(a, b)
     return b - _alpha(a, alpha)
 
 
 @register(aten.mul.Tensor, aten.mul.Scalar)
+@_opmath
 def mul(a, b):
     a, b = operands(a, b)
     return a * b
@@ -52,6 +81,7 @@ def _floats(a: Any, b: Any) -> tuple[Any, Any]:
 
 
 @register(aten.div.Tensor, aten.div.Scalar, aten.true_divide.Tensor)
+@_opmath
 def div(a, b):
     a, b = _floats(a, b)
     return jnp.true_divide(a, b)

@@ -64,6 +64,7 @@ class _Splitter:
         self.locals = set(function_locals(scope))
         self.params = param_names(scope)
         self.reads = Counter(_loads(scope))
+        self.loops = 0  # host loops around the block being split: a later iteration may read a name again
 
     # ------------------------------------------------------------ statements
 
@@ -100,8 +101,11 @@ class _Splitter:
             elif isinstance(s, ast.For):
                 tmp = self._temp("iter", s, s.iter, run)
                 flush((tmp,))
-                out.append(ast.copy_location(ast.For(target=s.target, iter=name(tmp), body=self.block(s.body) or
-                                                     [ast.Pass()], orelse=self.block(s.orelse), type_comment=None), s))
+                self.loops += 1
+                body = self.block(s.body) or [ast.Pass()]
+                self.loops -= 1
+                out.append(ast.copy_location(ast.For(target=s.target, iter=name(tmp), body=body,
+                                                     orelse=self.block(s.orelse), type_comment=None), s))
             else:
                 flush()
                 out.append(self._host(s))
@@ -121,8 +125,10 @@ class _Splitter:
         ins = sorted(((acc.reads | acc.mutates | written) & self.locals) - counters)
         inside = Counter(n for x in run for n in _loads(x))
         elsewhere = {n for n, c in self.reads.items() if c > inside.get(n, 0)}
+        # a name read inside the run is needed again only if a host loop repeats the run
+        again = set(inside) if self.loops else set()
         outs = sorted(n for n in acc.writes & self.locals
-                      if n in elsewhere or n in inside or n in forced or n.startswith("_dycl_"))
+                      if n in elsewhere or n in again or n in forced or n.startswith("_dycl_"))
         fn_name = self.ctx.fresh("island")
         island = locate(function(fn_name, ins, copy.deepcopy(run), outs), run[0])
         _stage(island, self.ctx)
@@ -166,7 +172,10 @@ class _Splitter:
             stop = [set_name(flag, const(True)), ast.Break()]
             post = [ast.If(test=name(flag), body=self.block(s.orelse), orelse=[])]
         check = ast.If(test=ast.UnaryOp(op=ast.Not(), operand=self._decide(tmp, s, "while")), body=stop, orelse=[])
-        loop = ast.While(test=const(True), body=[*test_region, check, *self.block(s.body)], orelse=[])
+        self.loops += 1
+        body = self.block(s.body)
+        self.loops -= 1
+        loop = ast.While(test=const(True), body=[*test_region, check, *body], orelse=[])
         return locate([*pre, loop, *post], s)
 
     # ------------------------------------------------------------ helpers
