@@ -15,6 +15,7 @@ from dycl_jax.errors import DyclError, InputMutationError, UnsupportedOpError
 from dycl_jax.host.dispatch import DispatchHost
 from dycl_jax.host.select import HOSTS, dispatch_reason, staged_refusal
 from dycl_jax.host.staged import staged_fn
+from dycl_jax.lower.int_ranges import describe_ints, int64_verdict, int_scope
 from dycl_jax.lower.interpreter import LoweredGraph
 from dycl_jax.report.build import build_report
 from dycl_jax.report.dispatch import build_dispatch_report
@@ -71,17 +72,23 @@ def _staged(model: torch.nn.Module, args: tuple, method: str, dynamic_batch: boo
         cap = capture(model, args, method, dynamic_batch=dynamic_batch)
     t1 = time.perf_counter()
     step("lower")
-    graph = LoweredGraph.build(cap.ep.graph_module, name=f"{type(model).__name__}.{method}")
-    module, variables = build_module(cap.state)
-    t2 = time.perf_counter()
-    jm = JaxModel(module, variables, [e.path for e in cap.state], staged_fn(graph), CallSignature.of(cap), "staged")
-    step("check")
-    # Trace once on the example's shapes (no compile, no compute): every lowering and every
-    # branch-shape check runs now, so problems surface at conversion rather than first call.
-    jax.eval_shape(jm._fn, jm._state_values(), jm.signature.bind(args))
+    # int64 stays int32 unless some int64 value may leave int32; then the program is built and
+    # run inside JAX's 64-bit scope (see lower/dtypes.py)
+    ints = int64_verdict(cap.ep.graph_module, [e.tensor for e in cap.state])
+    with int_scope(ints.wide):
+        graph = LoweredGraph.build(cap.ep.graph_module, name=f"{type(model).__name__}.{method}")
+        module, variables = build_module(cap.state)
+        t2 = time.perf_counter()
+        jm = JaxModel(module, variables, [e.path for e in cap.state], staged_fn(graph), CallSignature.of(cap),
+                      "staged", x64=ints.wide)
+        step("check")
+        # Trace once on the example's shapes (no compile, no compute): every lowering and every
+        # branch-shape check runs now, so problems surface at conversion rather than first call.
+        jax.eval_shape(jm._fn, jm._state_values(), jm.signature.bind(args))
     t3 = time.perf_counter()
     timings = {"capture_s": t1 - t0, "lower_s": t2 - t1, "check_s": t3 - t2}
     jm._report = build_report(type(model).__name__, method, jm.host, cap, graph, timings, rewrite_record)
+    jm._report.integers = describe_ints(ints)
     return jm
 
 

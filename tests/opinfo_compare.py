@@ -33,7 +33,10 @@ def compare(expected: Any, got: Any) -> str | None:
         e_t = e if isinstance(e, torch.Tensor) else torch.tensor(e)
         g_np = np.asarray(g)
         want_dtype = to_jax_dtype(e_t.dtype)
-        if g_np.dtype != want_dtype:
+        # int64 / float64 are held as int32 / float32 unless the program runs with 64-bit types
+        # (lower/int_ranges.py): then they match torch's dtype exactly
+        exact = {torch.int64: np.int64, torch.float64: np.float64}.get(e_t.dtype)
+        if g_np.dtype != want_dtype and g_np.dtype != exact:
             return f"leaf {i}: dtype {g_np.dtype} != {want_dtype} (torch {e_t.dtype})"
         if tuple(g_np.shape) != tuple(e_t.shape):
             return f"leaf {i}: shape {tuple(g_np.shape)} != torch's {tuple(e_t.shape)}"

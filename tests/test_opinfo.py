@@ -70,7 +70,8 @@ def test_compare_catches_differences() -> None:
     idx = torch.tensor([1, 2], dtype=torch.int64)  # int64 results are held as int32
     assert compare(idx, np.array([1, 2], np.int32)) is None
     assert compare(idx, np.array([1, 3], np.int32)) is not None
-    assert compare(idx, np.array([1, 2], np.int64)) is not None
+    assert compare(idx, np.array([1, 2], np.int64)) is None  # a 64-bit program keeps int64
+    assert compare(idx, np.array([1, 2], np.int16)) is not None
     big = torch.tensor([2**33 + 1])  # wrapped to int32 it would read 1: that must not match
     assert compare(big, np.array([2**33 + 1], np.int64).astype(np.int32)) is not None
     assert outside_int32([big]) and outside_int32([2**40]) and not outside_int32([idx, 7, True])

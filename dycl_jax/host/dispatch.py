@@ -30,6 +30,7 @@ from dycl_jax.host import values
 from dycl_jax.host.attributes import DynamicAttributes
 from dycl_jax.host.values import leaf_key
 from dycl_jax.lower.fingerprint import graph_fingerprint
+from dycl_jax.lower.int_ranges import int64_verdict, int_scope
 from dycl_jax.lower.interpreter import LoweredGraph
 from dycl_jax.rewrite import lifting
 from dycl_jax.rewrite.api import DispatchPlan, patched
@@ -83,6 +84,7 @@ class Compiled:
     mutated: tuple[int, ...] = ()  # input leaves the graph updates in place (checked against the caller's)
     passed: list[int | None] | None = None  # per output leaf: the input leaf it returns unchanged
     no_grad: bool = False  # captured inside the user's `with torch.no_grad():`
+    x64: bool = False  # runs in JAX's 64-bit scope (int64 values that may leave int32)
 
     def __post_init__(self) -> None:
         # the per-call gathers run in C (itemgetter): islands take every parameter they read
@@ -96,7 +98,11 @@ class Compiled:
             inputs = self._state_inputs(state)
         else:
             inputs = [state[v] if is_state else v for is_state, v in self.sources]
-        outs = self.fn(inputs, self._tensors(leaves))
+        if self.x64:
+            with jax.enable_x64(True):
+                outs = self.fn(inputs, self._tensors(leaves))
+        else:
+            outs = self.fn(inputs, self._tensors(leaves))
         if self.no_grad:  # as in torch, no gradient flows out of a no_grad block
             outs = [jax.lax.stop_gradient(o) for o in outs]
         if self._all_outputs:
@@ -379,7 +385,16 @@ class DispatchHost:
         n_state = len(cap.state)
         # torch.export lifts every parameter of the model: pass only those the region reads
         used = [i for i in range(n_state) if placeholders[i].users]
-        graph_fp = graph_fingerprint(gm, n_state)
+        # 64-bit integers where an int64 value may leave int32, or one arrives (lower/dtypes.py)
+        wide = any(np.dtype(v.dtype) == np.int64 for v in leaves if isinstance(v, values.ARRAYS)) \
+            or int64_verdict(gm, [e.tensor for e in cap.state]).wide
+        with int_scope(wide):
+            return self._build(spec, cap, leaves, placeholders, n_state, used, wide)
+
+    def _build(self, spec: RegionSpec, cap: Any, leaves: list, placeholders: list, n_state: int, used: list[int],
+               wide: bool) -> Compiled:
+        gm = cap.ep.graph_module
+        graph_fp = graph_fingerprint(gm, n_state) + (":x64" if wide else "")
         fn = self.executables.get(graph_fp)
         if fn is None and all(n.op in ("placeholder", "output") for n in gm.graph.nodes):
             fn = _passthrough(placeholders, used, n_state, gm)  # nothing to compute: no XLA call
@@ -402,7 +417,7 @@ class DispatchHost:
         tensor_leaves = [i for i, v in enumerate(leaves) if isinstance(v, values.ARRAYS)]
         return Compiled(fn, sources, tensor_leaves, cap.out_tree, cap.slots, cap.constants, cap.mutated,
                         cap.passed if any(p is not None for p in cap.passed) else None,
-                        not torch.is_grad_enabled())
+                        not torch.is_grad_enabled(), wide)
 
     def _fall_back(self, st: RegionState, part: Part, fns: Sequence[Callable], vals: tuple, leaves: list,
                    tree: Any, key: Any, exc: BaseException) -> tuple:

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from dycl_jax.errors import UnsupportedOpError
-from dycl_jax.lower.dtypes import tensor_to_numpy
+from dycl_jax.lower.dtypes import INT32_MAX, INT32_MIN, tensor_to_numpy
 from dycl_jax.rewrite.plan import Undefined
 
 _ARRAY = type(jnp.zeros(()))
@@ -105,6 +105,9 @@ def to_jax(v: Any) -> Any:
     if isinstance(v, jax.Array):
         return v
     if isinstance(v, torch.Tensor):
+        if v.dtype == torch.int64 and v.numel() and not INT32_MIN <= int(v.min()) <= int(v.max()) <= INT32_MAX:
+            # beyond int32: stays an int64 numpy array; regions it enters run with 64-bit integers
+            return v.detach().cpu().numpy()
         return jnp.asarray(tensor_to_numpy(v, "a tensor computed on the host"))
     if isinstance(v, np.ndarray):
         if v.dtype in (np.int64, np.float64, np.uint64):  # narrowed as torch's int64/float64 would be

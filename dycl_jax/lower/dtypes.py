@@ -1,15 +1,18 @@
-"""torch ↔ JAX dtype mapping and the int64 policy (JAX runs with 64-bit mode off)."""
+"""torch ↔ JAX dtype mapping and the int64 policy (int32 unless a program needs 64 bits)."""
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import torch
 
 from dycl_jax.errors import DyclError
 
-# Policy: JAX's x64 mode stays off (it is global state and slows float code). torch int64
-# becomes int32 and float64 becomes float32. Values that do not fit are never wrapped
-# silently: constants and Python ints outside int32 raise `DyclError` (see `check_int32`).
+# Policy: torch int64 becomes int32 and float64 becomes float32, unless the program may hold
+# an int64 value outside int32 or computes in float64 (lower/int_ranges.py decides): such a
+# program is built and run inside `jax.enable_x64(True)`, a scope around its own calls only
+# (the process-wide setting is the user's), where int64 and float64 stay 64-bit. Values that do not fit are never wrapped silently:
+# constants and Python ints outside the integer width in use raise `DyclError` (`check_int32`).
 _TO_JAX: dict[torch.dtype, jnp.dtype] = {
     torch.float32: jnp.float32,
     torch.float64: jnp.float32,
@@ -32,14 +35,31 @@ def to_jax_dtype(dtype: torch.dtype | None) -> jnp.dtype | None:
     """The JAX dtype used for a torch dtype (None stays None)."""
     if dtype is None:
         return None
+    if dtype in (torch.int64, torch.float64) and wide_ints():
+        return jnp.dtype(jnp.int64 if dtype == torch.int64 else jnp.float64)
     try:
         return jnp.dtype(_TO_JAX[dtype])
     except KeyError:
         raise DyclError(f"torch dtype {dtype} has no JAX equivalent in dycl_jax") from None
 
 
+def wide_ints() -> bool:
+    """Whether torch.int64 is int64 here: inside a program's `jax.enable_x64(True)` scope."""
+    return bool(jax.config.jax_enable_x64)
+
+
+def int64() -> jnp.dtype:
+    """The JAX dtype of torch.int64 here: int32, or int64 inside a 64-bit scope."""
+    return to_jax_dtype(torch.int64)
+
+
 def check_int32(value: int, what: str = "integer constant") -> int:
-    """Return `value` if it fits int32; otherwise raise instead of overflowing silently."""
+    """Return `value` if it fits int32 (int64 in a 64-bit scope); otherwise raise instead of
+    overflowing silently."""
+    if wide_ints():
+        if not -(2**63) <= value < 2**63:
+            raise DyclError(f"{what} {value} does not fit int64", fix="keep integer values within ±2**63")
+        return value
     if not INT32_MIN <= value <= INT32_MAX:
         raise DyclError(
             f"{what} {value} does not fit int32, which dycl_jax uses for torch.int64 "
@@ -55,7 +75,7 @@ def tensor_to_numpy(t: torch.Tensor, what: str = "tensor constant") -> np.ndarra
     if t.dtype == torch.bfloat16:
         return t.float().numpy().astype(jnp.bfloat16)
     arr = t.resolve_conj().resolve_neg().numpy() if t.is_complex() else t.numpy()
-    if t.dtype == torch.int64 and arr.size:
+    if t.dtype == torch.int64 and arr.size and not wide_ints():
         lo, hi = int(arr.min()), int(arr.max())
         check_int32(lo if lo < INT32_MIN else hi, what)
     return arr.astype(to_jax_dtype(t.dtype))

@@ -64,6 +64,8 @@ class ConversionReport:
     host_statements: list[str] = field(default_factory=list)
     captures: int = 0
     compilations: int = 0
+    # how torch.int64 is held (int32 where every value is proven to fit, else 64-bit) and why
+    integers: str = ""
 
 
 def report_to_dict(report: ConversionReport) -> dict:

@@ -51,6 +51,8 @@ def _header(report: ConversionReport) -> Panel:
         body.add_row("why dispatch", _t(report.dispatch_reason))
         body.add_row("compiled", _t(f"{report.captures} region signatures captured, "
                                     f"{report.compilations} XLA executables"))
+    if report.integers:
+        body.add_row("integers", _t(report.integers))
     body.add_row("inputs", _t("\n".join(report.inputs) or "(none)"))
     body.add_row("outputs", _t(outputs))
     body.add_row(

@@ -1,6 +1,7 @@
 """JaxModel: the converted model users call, differentiate, export and inspect."""
 from __future__ import annotations
 
+import contextlib
 from typing import TYPE_CHECKING, Any, Callable
 
 import jax
@@ -18,6 +19,10 @@ FlatFn = Callable[[list[Any], list[Any]], tuple[Any, ...]]
 _RAW_VALUE = nnx.Variable.get_raw_value
 
 
+def _scope(x64: bool) -> contextlib.AbstractContextManager:
+    return jax.enable_x64(True) if x64 else contextlib.nullcontext()
+
+
 class JaxModel:
     """A converted torch method: `jm(*args)`, pure `jm.apply(state, *args)`, `jm.module` state."""
 
@@ -31,8 +36,12 @@ class JaxModel:
         host: str,
         jit: bool = True,
         structured: bool = False,
+        x64: bool = False,
     ):
         self.module = module
+        # a program that may hold int64 values outside int32 runs in JAX's 64-bit scope, entered
+        # around each call (binding inputs, tracing and running); the process-wide setting is untouched
+        self.x64 = x64
         self.host = host
         self.signature = signature
         self._variables = variables
@@ -53,6 +62,9 @@ class JaxModel:
         self._trace_call = jax.jit(traced) if jit else traced
 
     def __call__(self, *args: Any) -> Any:
+        if self.x64:
+            with jax.enable_x64(True):
+                return self._unflatten(self._call(self._state_values(), self.signature.bind(args)))
         # the hot path: the checks in bind() are remembered per input shape (signature.py)
         return self._unflatten(self._call(self._state_values(), self.signature.bind(args)))
 
@@ -66,9 +78,10 @@ class JaxModel:
         Differentiable with `jax.grad`: while loops with a static trip-count bound run as
         fori_loop here (same results as `jm(...)`, which exits loops early with while_loop).
         """
-        tensors = self.signature.bind(args)
-        with differentiable():
-            return self._unflatten(self._fn(flat_values(state, self._paths), tensors))
+        with _scope(self.x64):
+            tensors = self.signature.bind(args)
+            with differentiable():
+                return self._unflatten(self._fn(flat_values(state, self._paths), tensors))
 
     def trace(self, *args: Any) -> tuple[Any, list[tuple[str, Any]]]:
         """Run and return (outputs, decisions): each branch taken and each loop test, in order.
@@ -76,6 +89,10 @@ class JaxModel:
         Decisions are (site, value) pairs, e.g. ("if@model.py:42", True); the same list the
         rewritten torch program yields (see `dycl_jax.rewrite.api.run_torch_trace`).
         """
+        with _scope(self.x64):
+            return self._traced(args)
+
+    def _traced(self, args: tuple) -> tuple[Any, list[tuple[str, Any]]]:
         tensors = self.signature.bind(args)
         if self.host == "dispatch":  # decisions are made in Python: the host records them as it goes
             with recording_decisions() as decisions:

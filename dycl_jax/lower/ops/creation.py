@@ -8,7 +8,7 @@ from jax import lax
 import numpy as np
 
 from dycl_jax.errors import DyclError
-from dycl_jax.lower.dtypes import check_int32
+from dycl_jax.lower.dtypes import check_int32, int64
 from dycl_jax.lower.ops._util import aten, jdtype
 from dycl_jax.lower.registry import register
 
@@ -31,7 +31,7 @@ def _default_dtype(fill: Any) -> Any:
     if isinstance(fill, bool):
         return jnp.bool_
     if isinstance(fill, int):
-        return jnp.int32  # torch.int64 under dycl_jax's int64 policy
+        return int64()  # torch.int64 under dycl_jax's int64 policy
     if isinstance(fill, complex):
         return jnp.complex64
     if hasattr(fill, "dtype"):
@@ -164,7 +164,7 @@ def arange(*args, dtype=None, layout=None, device=None, pin_memory=None):
     bounds = [_number(v, "arange") for v in args]
     start, end, step = (0, bounds[0], 1) if len(bounds) == 1 else (*bounds, 1)[:3]
     integral = all(isinstance(v, (int, np.integer)) for v in (start, end, step))
-    out_dtype = jdtype(dtype) or (jnp.int32 if integral else jnp.float32)
+    out_dtype = jdtype(dtype) or (int64() if integral else jnp.float32)
     n = max(int(np.ceil((end - start) / step)), 0)
     if integral and jnp.issubdtype(out_dtype, jnp.integer):
         check_int32(start, "arange start")

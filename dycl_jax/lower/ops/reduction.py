@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from dycl_jax.lower.dtypes import int64
 from dycl_jax.lower.ops._util import aten, jdtype, norm_dim, norm_dims
 from dycl_jax.lower.ops.elementwise import is_float, to_float
 from dycl_jax.lower.registry import register
@@ -165,7 +166,7 @@ def vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None):  # noqa: A002
 def _scan_in(x, dtype):
     # torch scans bool and integer tensors in int64; jnp would keep int8/uint8/int16 and wrap
     if dtype is None and not is_float(x):
-        return x.astype(jnp.int32)
+        return x.astype(int64())
     return _in(x, dtype)
 
 
