@@ -48,3 +48,13 @@ def test_the_oracle_sees_a_wrong_answer(tmp_path, monkeypatch):
     monkeypatch.setattr(dycl_jax, "to_jax", skewed)
     out = fuzz.check(5, tmp_path)
     assert out.kind == "bug" and "max |diff|" in out.detail
+
+
+REGRESSIONS = sorted((Path(__file__).parent / "fuzz_regressions").glob("seed_*.py"))
+
+
+@pytest.mark.parametrize("path", REGRESSIONS, ids=[p.stem for p in REGRESSIONS])
+def test_saved_fuzz_findings_stay_fixed(path, tmp_path):
+    seed = int(path.stem.split("_")[1])
+    out = fuzz.check(seed, tmp_path, source=path.read_text())
+    assert out.kind == "match", f"{path.name}: {out.kind}: {out.detail}"

@@ -15,7 +15,7 @@ import dataclasses
 from collections import Counter
 
 from dycl_jax.analysis.scopes import access, function_locals, param_names
-from dycl_jax.rewrite.converters.logical import _Logical
+from dycl_jax.rewrite.converters.logical import _Logical, truth
 from dycl_jax.rewrite.regions import RegionSpec, StatementSpec
 from dycl_jax.rewrite.templates import (OPS, SITES, Context, const, function, locate, name, op_call, set_name, tuple_of,
                                         user_scopes)
@@ -24,8 +24,10 @@ _SIMPLE = (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Expr, ast.Assert)
 
 
 def _has_scope_value(s: ast.stmt) -> bool:
-    # a function object made inside a compiled region would close over trace-time values
-    return any(isinstance(n, (ast.Lambda, ast.Yield, ast.YieldFrom, ast.Await)) for n in ast.walk(s))
+    # a function object made inside a compiled region would close over trace-time values; the
+    # lambdas our own operators take (`and`/`or` operands) are called at once and never escape
+    return any(isinstance(n, (ast.Lambda, ast.Yield, ast.YieldFrom, ast.Await))
+               and not getattr(n, "_dycl_generated", False) for n in ast.walk(s))
 
 
 def _loads(node: ast.AST) -> list[str]:
@@ -191,7 +193,7 @@ class _Splitter:
         # only truthiness is used, so `and`/`or`/`not` may become logical ops on tensors
         if getattr(s, "_dycl_static", False):
             return test
-        return locate(_Logical().visit(test), s)
+        return locate(_Logical().visit(truth(test)), s)
 
     def _unbind(self, ins: list[str]) -> list[ast.stmt]:
         """`if type(n) is Undefined: del n` for inputs that may be unassigned on this path, so a

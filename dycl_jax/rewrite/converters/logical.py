@@ -8,17 +8,22 @@ import ast
 from dycl_jax.rewrite.templates import Context, lambda_, locate, op_call
 
 
+def truth(e: ast.expr) -> ast.expr:
+    """Mark `e` as a test whose value is only used for its truth (and the `and`/`or` inside it,
+    through `not` and nesting); returns `e`."""
+    if isinstance(e, ast.BoolOp):
+        e._dycl_truth = True  # type: ignore[attr-defined]
+        for v in e.values:
+            truth(v)
+    elif isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.Not):
+        truth(e.operand)
+    return e
+
+
 def _mark_tests(root: ast.AST) -> None:
     """Mark the `and`/`or` nodes whose value is only tested for truth (tests of if / while /
-    ternaries / assert, and through `not` and nested `and`/`or` inside them)."""
-    def mark(e: ast.AST) -> None:
-        if isinstance(e, ast.BoolOp):
-            e._dycl_truth = True  # type: ignore[attr-defined]
-            for v in e.values:
-                mark(v)
-        elif isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.Not):
-            mark(e.operand)
-
+    ternaries / assert)."""
+    mark = truth
     for node in ast.walk(root):
         if isinstance(node, (ast.If, ast.While, ast.IfExp, ast.Assert)):
             mark(node.test)
