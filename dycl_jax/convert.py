@@ -11,7 +11,7 @@ import torch.utils._pytree as pytree
 
 import dycl_jax.lower.ops  # noqa: F401  (registers every lowering)
 from dycl_jax.capture.export import StateEntry, TensorSpec, _leaf_names, capture
-from dycl_jax.errors import DyclError, InputMutationError, UnsupportedOpError
+from dycl_jax.errors import AliasedUpdateError, DyclError, InputMutationError, UnsupportedOpError
 from dycl_jax.host.dispatch import DispatchHost
 from dycl_jax.host.select import HOSTS, dispatch_reason, staged_refusal
 from dycl_jax.host.staged import staged_fn
@@ -53,8 +53,8 @@ def to_jax(
     if host != "dispatch":
         try:
             return _staged(model, args, method, dynamic_batch, step)
-        except (UnsupportedOpError, InputMutationError):
-            raise  # a missing lowering, or an update of the caller's tensors, is the same under either host
+        except (UnsupportedOpError, InputMutationError, AliasedUpdateError):
+            raise  # a missing lowering, or an update dispatch could not keep either, is the same under either host
         except DyclError as exc:  # the method does not stage as one program (our own bugs propagate)
             if host == "staged":
                 raise staged_refusal(exc) from exc

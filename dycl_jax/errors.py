@@ -49,5 +49,10 @@ class InputMutationError(CaptureError):
     function and cannot update the caller's tensors, under either host."""
 
 
+class AliasedUpdateError(CaptureError):
+    """A branch updates a tensor in place that another live name also holds: torch changes both;
+    a converted branch returns a new value to the name it updates only, under either host."""
+
+
 class CallError(DyclError):
     """A converted model was called with arguments that do not match its signature."""

@@ -100,3 +100,42 @@ def test_conversion_and_calls_under_inference_mode():
             np.testing.assert_allclose(np.asarray(jm(x)), model(x).numpy(), rtol=1e-6, atol=1e-6)
     with torch.inference_mode(), pytest.raises(InputMutationError):
         dycl_jax.to_jax(AliasThenAdd(), (torch.randn(6),))
+
+
+class AliasInBranch(nn.Module):
+    """`alias = y` then an in-place update of `alias` inside a data-dependent branch; `y` is returned."""
+
+    def forward(self, x):
+        y = x * 2
+        alias = y
+        if x.sum() > 0:
+            alias[0] += 100
+        return y
+
+
+class DeadAliasInBranch(nn.Module):
+    """The same update, but only the updated name is read afterwards: nothing is lost."""
+
+    def forward(self, x):
+        y = x * 2
+        alias = y
+        if x.sum() > 0:
+            alias[0] += 100
+        return alias
+
+
+@pytest.mark.parametrize("host", ["auto", "staged", "dispatch"])
+def test_update_reaching_another_live_name_is_refused(host):
+    from dycl_jax.errors import AliasedUpdateError
+
+    with pytest.raises(AliasedUpdateError) as info:
+        dycl_jax.to_jax(AliasInBranch().eval(), (torch.ones(3),), host=host)
+    assert info.value.location.file == __file__ and "if x.sum() > 0" in info.value.location.code
+    assert "`y`" in str(info.value) and "`alias`" in str(info.value)
+
+
+def test_update_of_a_name_whose_alias_is_dead_converts():
+    model = DeadAliasInBranch().eval()
+    jm = dycl_jax.to_jax(model, (torch.ones(3),))
+    for x in (torch.ones(3), -torch.ones(3), torch.randn(3)):
+        np.testing.assert_allclose(np.asarray(jm(x)), model(x.clone()).numpy(), rtol=1e-6)

@@ -25,7 +25,7 @@ import torch
 import torch.utils._pytree as pytree
 
 from dycl_jax.capture.region import HostValueError, capture_call, lost_update
-from dycl_jax.errors import DyclError, InputMutationError, Location
+from dycl_jax.errors import AliasedUpdateError, DyclError, InputMutationError, Location
 from dycl_jax.host import values
 from dycl_jax.host.attributes import DynamicAttributes
 from dycl_jax.host.values import leaf_key
@@ -354,6 +354,8 @@ class DispatchHost:
         except _NewAttributes:
             raise
         except Exception as exc:  # noqa: BLE001  (classified below; our own bugs are re-raised)
+            if isinstance(exc, AliasedUpdateError):
+                raise  # its host version would lose the update on the other name just the same
             if spec.kind == "island":  # whatever stops it from staging, its host version is exact
                 part.host_reason = values.describe_failure(exc)
                 raise _IslandFailed() from exc

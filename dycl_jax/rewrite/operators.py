@@ -13,11 +13,12 @@ variables assigned on one path only can get placeholders where that is sound.
 from __future__ import annotations
 
 import dataclasses
+import sys
 from typing import Any, Callable, Sequence
 
 import torch
 
-from dycl_jax.errors import DyclError
+from dycl_jax.errors import AliasedUpdateError, DyclError
 from dycl_jax.rewrite import plan as plans, staged
 from dycl_jax.rewrite import modes
 from dycl_jax.rewrite.constants import static
@@ -50,6 +51,23 @@ def _pred(p: Any, site: Site) -> torch.Tensor:
 
 # ---------------------------------------------------------------- branches
 
+def _check_aliases(site: Site, frame: Any) -> None:
+    """Refuse a branch that updates a tensor in place while another name read later holds the
+    same tensor: torch changes both, a converted branch only rebinds the name it updates."""
+    local = frame.f_locals
+    for n in site.owned:
+        t = local.get(n)
+        if not isinstance(t, torch.Tensor):
+            continue
+        for m in site.live_after:
+            if m != n and local.get(m) is t:
+                raise AliasedUpdateError(
+                    f"{site.construct}: a path updates `{n}` in place, and `{m}` (read later) is the same tensor; "
+                    f"torch changes both, a converted branch would change only `{n}`",
+                    location=site.location,
+                    fix=f"update `{m}` by name too, or copy first (`{n} = {m}.clone()`) if `{m}` must not change")
+
+
 def cond(pred: Any, true_fn: Callable, false_fn: Callable, inputs: tuple, site: Site) -> tuple:
     """`if pred: ... else: ...` with branch functions that take `inputs`, return the outputs."""
     exit_only = isinstance(pred, ExitOnly) or site.kind == "guard"
@@ -58,6 +76,8 @@ def cond(pred: Any, true_fn: Callable, false_fn: Callable, inputs: tuple, site: 
         return (true_fn if pred else false_fn)(*inputs)
     if modes.current() == "plain":
         return (true_fn if bool(pred) else false_fn)(*inputs)
+    if site.owned:
+        _check_aliases(site, sys._getframe(1))
     if exit_only and site.dead_on_exit:
         false_fn = with_dead(false_fn, site)
     return _choose(site, [(0, pred), (1, True)], [true_fn, false_fn], inputs, exit_only)
@@ -70,6 +90,8 @@ def switch(pred_fns: Sequence[Callable[[], Any]], fns: Sequence[Callable], input
             if pf():
                 return fns[i](*inputs)
         return fns[-1](*inputs)
+    if site.owned:
+        _check_aliases(site, sys._getframe(1))
     candidates: list[tuple[int, Any]] = []
     for i, pf in enumerate(pred_fns):
         p = pf()

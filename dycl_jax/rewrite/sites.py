@@ -26,6 +26,10 @@ class Site:
     # flag is set": the program has returned, or left / restarted the loop, so they may hold
     # placeholders of the true path's shape there (converters/flags.dead_on_exit, exits.py)
     dead_on_exit: tuple[str, ...] = ()
+    # names a path updates in place, and the user's names still read after the construct: an
+    # in-place update must not be lost on another live name for the same tensor (operators.py)
+    owned: tuple[str, ...] = ()
+    live_after: tuple[str, ...] = ()
 
     @property
     def label(self) -> str:

@@ -35,8 +35,10 @@ class Context:
         return self.src.location(line).code.strip()
 
     def add_site(self, kind: str, line: int, names: tuple[str, ...], paths: tuple[str, ...],
-                 lines: tuple[tuple[int | None, ...], ...], dead_on_exit: tuple[str, ...] = ()) -> int:
-        self.sites.append(Site(kind, self.src.file, line, self.code(line), names, paths, lines, dead_on_exit))
+                 lines: tuple[tuple[int | None, ...], ...], dead_on_exit: tuple[str, ...] = (),
+                 owned: tuple[str, ...] = (), live_after: tuple[str, ...] = ()) -> int:
+        self.sites.append(Site(kind, self.src.file, line, self.code(line), names, paths, lines, dead_on_exit,
+                               owned, live_after))
         return len(self.sites) - 1
 
     def warn(self, line: int, message: str) -> None:

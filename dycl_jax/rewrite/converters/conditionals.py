@@ -51,7 +51,9 @@ def convert_if(node: ast.If, block: list[ast.stmt], scope: ast.FunctionDef, ctx:
         paths = ("`if` branch", *(f"`elif` branch at line {n.lineno}" for n in nodes[1:]), "`else` branch")
     lines = tuple(tuple(last_assignment_line(b, v) for v in sig.outputs) for b in bodies)
     dead = dead_on_exit(node, sig.outputs, live, ctx) if len(tests) == 1 else ()
-    site = ctx.add_site(kind, node.lineno, tuple(sig.outputs), paths, lines, dead)
+    owned = set().union(*sig.owned)
+    live_after = tuple(sorted(n for n in live.after(node) & live.locals if not n.startswith("_dycl_"))) if owned else ()
+    site = ctx.add_site(kind, node.lineno, tuple(sig.outputs), paths, lines, dead, tuple(sorted(owned)), live_after)
     stem = ctx.fresh("if" if kind != "elif" else "case")
     fns = []
     for k, (body, owned) in enumerate(zip(bodies, sig.owned)):
