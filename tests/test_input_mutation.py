@@ -139,3 +139,19 @@ def test_update_of_a_name_whose_alias_is_dead_converts():
     jm = dycl_jax.to_jax(model, (torch.ones(3),))
     for x in (torch.ones(3), -torch.ones(3), torch.randn(3)):
         np.testing.assert_allclose(np.asarray(jm(x)), model(x.clone()).numpy(), rtol=1e-6)
+
+
+class InputUpdatedInBranch(nn.Module):
+    """The caller's tensor updated inside a data-dependent branch: torch changes it for the caller."""
+
+    def forward(self, x):
+        if x.sum() > 0:
+            x[x > 1] = 0
+        return x * 2
+
+
+@pytest.mark.parametrize("host", ["auto", "staged", "dispatch"])
+def test_update_of_an_argument_inside_a_branch_is_refused(host):
+    with pytest.raises(InputMutationError) as info:
+        dycl_jax.to_jax(InputUpdatedInBranch().eval(), (torch.randn(6),), host=host)
+    assert info.value.location.file == __file__

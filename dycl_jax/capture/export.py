@@ -17,6 +17,7 @@ from torch.export.graph_signature import InputKind, OutputKind
 
 from dycl_jax.capture.shims import capture_shims
 from dycl_jax.errors import CaptureError, DyclError, InputMutationError
+from dycl_jax.rewrite.modes import caller_tensors
 
 _PREFIX = "m."  # the user's module sits at `m` inside the wrapper below
 
@@ -78,7 +79,8 @@ class _MethodWrapper(torch.nn.Module):
         leaves = list(self._leaves)
         for i, t in zip(self._tensor_index, tensors):
             leaves[i] = t
-        out = getattr(self.m, self._method)(*pytree.tree_unflatten(leaves, self._spec))
+        with caller_tensors(tensors):
+            out = getattr(self.m, self._method)(*pytree.tree_unflatten(leaves, self._spec))
         flat, out_spec = pytree.tree_flatten(out)
         self._sink(out_spec=out_spec, out_is_python=[not isinstance(v, torch.Tensor) for v in flat])
         return tuple(_as_tensor(v) for v in flat)

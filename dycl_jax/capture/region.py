@@ -15,6 +15,7 @@ from torch.export import ExportedProgram
 
 from dycl_jax.capture.export import StateEntry, _eval_mode, _quiet_torch_logs, _state_entries, to_core_aten
 from dycl_jax.errors import CaptureError
+from dycl_jax.rewrite.modes import caller_tensors
 from dycl_jax.rewrite.plan import Undefined
 
 # Python values a captured region may return as constants of its input signature.
@@ -45,18 +46,21 @@ class CapturedRegion:
 class _CallWrapper(torch.nn.Module):
     """forward(*tensor leaves) = fn(*args) with the non-tensor leaves of args baked in."""
 
-    def __init__(self, root: torch.nn.Module, fn: Callable, leaves: list[Any], tree: Any, sink: dict):
+    def __init__(self, root: torch.nn.Module, fn: Callable, leaves: list[Any], tree: Any, sink: dict,
+                 callers: frozenset = frozenset()):
         super().__init__()
         self.m = root  # the model's state is lifted under `m.`, i.e. under its torch paths
         self._fn, self._leaves, self._tree, self._sink = fn, leaves, tree, sink
         self._index = [i for i, v in enumerate(leaves) if isinstance(v, torch.Tensor)]
+        self._callers = callers  # leaf indices holding the caller's own tensors
 
     def forward(self, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
         leaves = list(self._leaves)
         for i, t in zip(self._index, tensors):
             leaves[i] = t.clone()  # in-place updates of an input stay inside the region
         versions = [leaves[i]._version for i in self._index]
-        out = self._fn(*jax.tree_util.tree_unflatten(self._tree, leaves))
+        with caller_tensors([leaves[i] for i in self._callers]):  # a staged branch must not update them
+            out = self._fn(*jax.tree_util.tree_unflatten(self._tree, leaves))
         flat, tree = jax.tree_util.tree_flatten(out)
         lost_update(self._leaves, [leaves[i] for i in self._index], versions, flat)
         mutated = tuple(i for i, v in zip(self._index, versions) if leaves[i]._version != v)
@@ -97,7 +101,8 @@ def lost_update(names: Any, inputs: list[torch.Tensor], versions: list[int], out
                                  f"({type(t).__name__}{list(t.shape)}); it would be lost")
 
 
-def capture_call(root: torch.nn.Module, fn: Callable, args: tuple, context: Callable[[], ContextManager]) -> CapturedRegion:
+def capture_call(root: torch.nn.Module, fn: Callable, args: tuple, context: Callable[[], ContextManager],
+                 callers: frozenset = frozenset()) -> CapturedRegion:
     """Export `fn(*args)` (static shapes; tensors in `args` are example inputs) and decompose it.
 
     `context` is entered around export (the host's rewrite patches and staging mode). Errors
@@ -105,7 +110,7 @@ def capture_call(root: torch.nn.Module, fn: Callable, args: tuple, context: Call
     """
     leaves, tree = jax.tree_util.tree_flatten(args)
     sink: dict[str, Any] = {}
-    wrapper = _CallWrapper(root, fn, leaves, tree, sink)
+    wrapper = _CallWrapper(root, fn, leaves, tree, sink, callers)
     tensors = tuple(leaves[i] for i in wrapper._index)
     start = time.perf_counter()
     with warnings.catch_warnings(), _quiet_torch_logs(), contextlib.ExitStack() as stack:

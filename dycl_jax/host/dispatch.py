@@ -342,7 +342,8 @@ class DispatchHost:
         before = self.attrs.snapshot()
         try:
             try:
-                cap = capture_call(self.root, self._body(spec, part, fns), torch_args, self._capture_context)
+                callers = frozenset(i for i, v in enumerate(leaves) if id(v) in self._arg_ids)
+                cap = capture_call(self.root, self._body(spec, part, fns), torch_args, self._capture_context, callers)
             finally:
                 changes = self.attrs.changed(before)
                 self.attrs.restore(before)
@@ -354,8 +355,8 @@ class DispatchHost:
         except _NewAttributes:
             raise
         except Exception as exc:  # noqa: BLE001  (classified below; our own bugs are re-raised)
-            if isinstance(exc, AliasedUpdateError):
-                raise  # its host version would lose the update on the other name just the same
+            if isinstance(exc, (AliasedUpdateError, InputMutationError)):
+                raise  # its host version could not keep the update either
             if spec.kind == "island":  # whatever stops it from staging, its host version is exact
                 part.host_reason = values.describe_failure(exc)
                 raise _IslandFailed() from exc

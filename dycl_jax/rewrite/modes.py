@@ -34,6 +34,7 @@ def exclusive(fn: _F) -> _F:
 
 
 class _State:
+    arguments: frozenset = frozenset()  # ids of the tensors the caller passed to the traced method
     staging = 0
     dry = 0
     decisions: list[tuple[str, Any]] | None = None
@@ -79,6 +80,22 @@ def tracing() -> Iterator[list[tuple[str, Any]]]:
             yield decisions
     finally:
         _S.decisions = previous
+
+
+@contextlib.contextmanager
+def caller_tensors(tensors: Any) -> Iterator[None]:
+    """Mark the tensors the caller passed in while their method is traced: torch would update
+    them in place for the caller, which no converted program can (operators check this)."""
+    previous = _S.arguments
+    _S.arguments = frozenset(id(t) for t in tensors)
+    try:
+        yield
+    finally:
+        _S.arguments = previous
+
+
+def is_caller_tensor(t: Any) -> bool:
+    return id(t) in _S.arguments
 
 
 def current() -> str:

@@ -18,7 +18,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from dycl_jax.errors import AliasedUpdateError, DyclError
+from dycl_jax.errors import AliasedUpdateError, DyclError, InputMutationError
 from dycl_jax.rewrite import plan as plans, staged
 from dycl_jax.rewrite import modes
 from dycl_jax.rewrite.constants import static
@@ -59,6 +59,11 @@ def _check_aliases(site: Site, frame: Any) -> None:
         t = local.get(n)
         if not isinstance(t, torch.Tensor):
             continue
+        if modes.is_caller_tensor(t):
+            raise InputMutationError(
+                f"{site.construct}: a path updates `{n}`, an input of the method, in place; torch would change "
+                "the caller's tensor, which a converted model (a pure function) cannot",
+                location=site.location, fix=f"update a copy (`{n} = {n}.clone()` before the `if`) and return it")
         for m in site.live_after:
             if m != n and local.get(m) is t:
                 raise AliasedUpdateError(
