@@ -98,10 +98,7 @@ class Compiled:
             inputs = self._state_inputs(state)
         else:
             inputs = [state[v] if is_state else v for is_state, v in self.sources]
-        if self.x64:
-            with jax.enable_x64(True):
-                outs = self.fn(inputs, self._tensors(leaves))
-        else:
+        with int_scope(self.x64):
             outs = self.fn(inputs, self._tensors(leaves))
         if self.no_grad:  # as in torch, no gradient flows out of a no_grad block
             outs = [jax.lax.stop_gradient(o) for o in outs]

@@ -1,12 +1,12 @@
 """JaxModel: the converted model users call, differentiate, export and inspect."""
 from __future__ import annotations
 
-import contextlib
 from typing import TYPE_CHECKING, Any, Callable
 
 import jax
 from flax import nnx
 
+from dycl_jax.lower.int_ranges import int_scope
 from dycl_jax.lower.ops.control_flow import differentiable, recording
 from dycl_jax.rewrite.regions import recording_decisions
 from dycl_jax.runtime.signature import CallSignature
@@ -17,10 +17,6 @@ if TYPE_CHECKING:  # the report stage comes after runtime; only its type is name
 
 FlatFn = Callable[[list[Any], list[Any]], tuple[Any, ...]]
 _RAW_VALUE = nnx.Variable.get_raw_value
-
-
-def _scope(x64: bool) -> contextlib.AbstractContextManager:
-    return jax.enable_x64(True) if x64 else contextlib.nullcontext()
 
 
 class JaxModel:
@@ -63,7 +59,7 @@ class JaxModel:
 
     def __call__(self, *args: Any) -> Any:
         if self.x64:
-            with jax.enable_x64(True):
+            with int_scope(True):
                 return self._unflatten(self._call(self._state_values(), self.signature.bind(args)))
         # the hot path: the checks in bind() are remembered per input shape (signature.py)
         return self._unflatten(self._call(self._state_values(), self.signature.bind(args)))
@@ -78,7 +74,7 @@ class JaxModel:
         Differentiable with `jax.grad`: while loops with a static trip-count bound run as
         fori_loop here (same results as `jm(...)`, which exits loops early with while_loop).
         """
-        with _scope(self.x64):
+        with int_scope(self.x64):
             tensors = self.signature.bind(args)
             with differentiable():
                 return self._unflatten(self._fn(flat_values(state, self._paths), tensors))
@@ -89,7 +85,7 @@ class JaxModel:
         Decisions are (site, value) pairs, e.g. ("if@model.py:42", True); the same list the
         rewritten torch program yields (see `dycl_jax.rewrite.api.run_torch_trace`).
         """
-        with _scope(self.x64):
+        with int_scope(self.x64):
             return self._traced(args)
 
     def _traced(self, args: tuple) -> tuple[Any, list[tuple[str, Any]]]:
