@@ -9,7 +9,22 @@ import torch.utils._pytree as pytree
 
 from dycl_jax.lower.dtypes import INT32_MAX, INT32_MIN, to_jax_dtype
 
-RTOL, ATOL = 1e-4, 1e-5  # float results; integer and bool results must match exactly
+RTOL, ATOL = 1e-4, 1e-5  # float32 (and float64, held as float32) results
+# Half precision: torch computes in the same dtype, and so do we, so both results carry the
+# dtype's rounding. Each side rounds once per op, but composite ops (means, norms, softmax,
+# matmul/conv accumulation) round their parts in different orders, so the two may be a few
+# units in the last place apart: allowed 4 eps of the dtype relative (float16 eps 2**-10,
+# bfloat16 2**-7; 4 to 8 ulps), and 4 eps absolute near zero, where results come from the
+# cancellation of O(1) inputs. Integer and bool results must match exactly.
+HALF_TOLERANCE: dict[torch.dtype, tuple[float, float]] = {
+    torch.float16: (4 * 2.0**-10, 4 * 2.0**-10),
+    torch.bfloat16: (4 * 2.0**-7, 4 * 2.0**-7),
+}
+
+
+def tolerance(dtype: torch.dtype) -> tuple[float, float]:
+    """(rtol, atol) for a floating result of torch dtype `dtype`."""
+    return HALF_TOLERANCE.get(dtype, (RTOL, ATOL))
 
 
 def outside_int32(leaves: list[Any]) -> bool:
@@ -40,10 +55,13 @@ def compare(expected: Any, got: Any) -> str | None:
             return f"leaf {i}: dtype {g_np.dtype} != {want_dtype} (torch {e_t.dtype})"
         if tuple(g_np.shape) != tuple(e_t.shape):
             return f"leaf {i}: shape {tuple(g_np.shape)} != torch's {tuple(e_t.shape)}"
-        e_np = e_t.detach().resolve_conj().resolve_neg().numpy()
+        e_d = e_t.detach().resolve_conj().resolve_neg()
+        e_np = (e_d.float() if e_d.dtype == torch.bfloat16 else e_d).numpy()  # numpy has no bfloat16
         if e_t.is_floating_point() or e_t.is_complex():
             e_np = e_np.astype(g_np.dtype)  # float64 results are held as float32 (policy)
-            ok = np.isclose(g_np, e_np, rtol=RTOL, atol=ATOL, equal_nan=True)
+            rtol, atol = tolerance(e_t.dtype)
+            wide = np.complex128 if e_t.is_complex() else np.float64  # no overflow in the difference
+            ok = np.isclose(g_np.astype(wide), e_np.astype(wide), rtol=rtol, atol=atol, equal_nan=True)
             if not ok.all():
                 bad = np.argwhere(~ok)[0]
                 where = tuple(int(b) for b in bad)

@@ -1,9 +1,9 @@
-"""Runs PyTorch OpInfo samples through `to_jax` and compares with eager torch (shared by test and script)."""
+"""Runs PyTorch OpInfo samples through `to_jax` in every supported dtype and compares with eager
+torch (shared by the test and scripts/op_coverage.py)."""
 from __future__ import annotations
 
 import contextlib
 import io
-import itertools
 import time
 import warnings
 import zlib
@@ -14,22 +14,27 @@ import torch
 import torch.utils._pytree as pytree
 
 import dycl_jax
+from dycl_jax.capture.export import _dynamic_shapes
 from dycl_jax.errors import CaptureError, DyclError, InputMutationError
 from opinfo_compare import compare, identical, outside_int32
 
-SAMPLES_PER_ENTRY = 4  # the first samples of an entry cover its common call forms; more mostly repeat them
+# The dtypes ordinary models compute in; an entry runs in each one its OpInfo supports on CPU.
+DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.int32, torch.int64, torch.bool)
+BATCH = 48  # samples per converted graph: one export and one jit for many samples, small enough to compile fast
 
 # Sample outcomes. "not exportable": torch itself cannot run or export the sample. "not
 # comparable": the sample cannot be judged against eager torch by design: its output is
 # random (dropout_p > 0) or it updates its inputs in place (training-mode running stats),
 # which dycl_jax refuses with a CaptureError because converted models are pure functions.
+# Everything else dycl_jax raises or gets wrong is "fail".
 PASS, FAIL, NOT_EXPORTABLE, NOT_COMPARABLE = "pass", "fail", "not exportable", "not comparable"
 
 _OP_DB: dict[tuple[str, str], Any] | None = None
 
 
 def op_db() -> dict[tuple[str, str], Any]:
-    """OpInfo entries by (name, variant_test_name); importing the database takes a few seconds."""
+    """OpInfo entries by (name, variant_test_name); importing the database takes a few seconds,
+    once per process."""
     global _OP_DB
     if _OP_DB is None:
         from torch.testing._internal.common_methods_invocations import op_db as db
@@ -42,10 +47,22 @@ def entry_id(key: tuple[str, str]) -> str:
     return f"{key[0]}.{key[1]}" if key[1] else key[0]
 
 
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def dtypes_of(key: tuple[str, str]) -> list[torch.dtype]:
+    """The dtypes of DTYPES the entry's OpInfo supports on CPU."""
+    opinfo = op_db()[key]
+    return [d for d in DTYPES if opinfo.supports_dtype(d, "cpu")]
+
+
 @dataclass
 class SampleResult:
     status: str
     detail: str = ""
+    dtype: str = ""  # the OpInfo dtype the sample was generated in
+    index: int = 0  # its position among the entry's samples of that dtype (as samples_of numbers them)
 
 
 @dataclass
@@ -55,16 +72,27 @@ class EntryResult:
     seconds: float = 0.0
 
     @property
-    def status(self) -> str:
-        """fail if any sample fails; pass if at least one ran and passed; else why none ran."""
-        kinds = {s.status for s in self.samples}
+    def dtypes(self) -> list[str]:
+        return list(dict.fromkeys(s.dtype for s in self.samples))
+
+    def status_of(self, dtype: str | None = None) -> str:
+        """fail if any sample (of `dtype`, or of any dtype) fails; pass if at least one ran and
+        passed; else why none ran."""
+        kinds = {s.status for s in self.samples if dtype is None or s.dtype == dtype}
         for status in (FAIL, PASS, NOT_EXPORTABLE):
             if status in kinds:
                 return status
         return NOT_COMPARABLE
 
-    def failures(self) -> list[str]:
-        return [f"sample {i}: {s.detail}" for i, s in enumerate(self.samples) if s.status == FAIL]
+    @property
+    def status(self) -> str:
+        return self.status_of(None)
+
+    def failures(self, dtype: str | None = None) -> list[str]:
+        return [
+            f"{s.dtype} sample {s.index}: {s.detail}" for s in self.samples
+            if s.status == FAIL and (dtype is None or s.dtype == dtype)
+        ]
 
 
 class OpModule(torch.nn.Module):
@@ -82,7 +110,10 @@ class OpModule(torch.nn.Module):
         for i, t in zip(self.tensor_index, tensors):
             leaves[i] = t
         inp, args, kwargs = pytree.tree_unflatten(leaves, self.spec)
-        return self.op(inp, *args, **kwargs)
+        return self.op(inp, *args, **kwargs)  # the dispatch host names this line if the op ran in torch
+
+
+_OP_CALL = "self.op(inp, *args, **kwargs)"
 
 
 def _first_line(exc: BaseException) -> str:
@@ -97,7 +128,15 @@ class _Prepared:
     module: OpModule
     tensors: list[torch.Tensor]
     expected: Any
-    too_wide: bool  # carries integers outside int32: a DyclError is an acceptable outcome
+    dtype: str
+    too_wide: bool  # carries int64 values outside int32: converted on its own (it needs 64-bit JAX)
+
+    def group(self) -> tuple[bool, int | None]:
+        """Samples with the same group convert together with the dims to_jax would make dynamic
+        for each of them alone: the batch dim marks every tensor whose first dim equals the first
+        tensor's (capture/export.py), so a batch holds samples of one first-tensor batch size."""
+        spec = _dynamic_shapes(self.tensors, True)
+        return self.too_wide, (self.tensors[0].shape[0] if spec else None)
 
 
 class _Batch(torch.nn.Module):
@@ -123,7 +162,7 @@ def _eager(module: OpModule, tensors: list[torch.Tensor], seed: int) -> Any:
         return module(*[t.clone() for t in tensors])  # clones: in-place ops must not alter the sample
 
 
-def _prepare(op: Any, sample: Any) -> _Prepared | SampleResult:
+def _prepare(op: Any, sample: Any, dtype: str) -> _Prepared | SampleResult:
     leaves, spec = pytree.tree_flatten((sample.input, tuple(sample.args), dict(sample.kwargs)))
     module = OpModule(op, leaves, spec).eval()
     tensors = [leaves[i] for i in module.tensor_index]
@@ -131,10 +170,10 @@ def _prepare(op: Any, sample: Any) -> _Prepared | SampleResult:
         expected = _eager(module, tensors, seed=0)
         again = _eager(module, tensors, seed=1)
     except Exception as exc:
-        return SampleResult(NOT_EXPORTABLE, f"torch eager fails: {_first_line(exc)}")
+        return SampleResult(NOT_EXPORTABLE, f"torch eager fails: {_first_line(exc)}", dtype)
     if not identical(expected, again):
-        return SampleResult(NOT_COMPARABLE, "random output: two torch runs with different seeds differ")
-    return _Prepared(module, tensors, expected, outside_int32(leaves))
+        return SampleResult(NOT_COMPARABLE, "random output: two torch runs with different seeds differ", dtype)
+    return _Prepared(module, tensors, expected, dtype, outside_int32(leaves))
 
 
 @dataclass
@@ -147,10 +186,12 @@ class _TorchVerdict:
 
 
 def _torch_export_verdict(module: OpModule, tensors: list[torch.Tensor]) -> _TorchVerdict:
+    # the same dynamic dims to_jax asks for: torch refusing those is torch's refusal too
     try:
         with warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()):
             warnings.simplefilter("ignore")
-            ep = torch.export.export(module, tuple(tensors)).run_decompositions()
+            ep = torch.export.export(module, tuple(tensors), dynamic_shapes=_dynamic_shapes(tensors, True))
+            ep = ep.run_decompositions()
     except Exception as exc:
         return _TorchVerdict(error=_first_line(exc))
     random_ops = {
@@ -166,23 +207,33 @@ def _excused(p: _Prepared, problem: str, is_capture: bool, mutation: bool = Fals
     # Only torch's own refusal to capture counts as "not exportable"; once dycl_jax has
     # captured the sample, every later problem is dycl_jax's.
     if is_capture and verdict.error is not None:
-        return SampleResult(NOT_EXPORTABLE, verdict.error)
+        return SampleResult(NOT_EXPORTABLE, verdict.error, p.dtype)
     if verdict.random_ops:
         # OpInfo reseeds torch before such ops; no JAX program can reproduce torch's RNG stream
-        return SampleResult(NOT_COMPARABLE, f"random op {', '.join(verdict.random_ops)}: {problem}")
+        return SampleResult(NOT_COMPARABLE, f"random op {', '.join(verdict.random_ops)}: {problem}", p.dtype)
     if mutation and verdict.mutates:
-        return SampleResult(NOT_COMPARABLE, f"updates its inputs in place, refused by design: {problem}")
+        return SampleResult(NOT_COMPARABLE, f"updates its inputs in place, refused by design: {problem}", p.dtype)
     if is_capture:
         problem = f"dycl_jax capture failed where torch.export works: {problem}"
-    return SampleResult(FAIL, problem)
+    return SampleResult(FAIL, problem, p.dtype)
 
 
-def _convert_and_call(module: torch.nn.Module, tensors: list[torch.Tensor]) -> Any:
-    # torch.export prints its partial graph to stderr when it fails; the result says enough
+class _RanInTorch(Exception):
+    """The dispatch host ran the op itself in torch: the sample says nothing about a lowering."""
+
+
+def _convert_and_call(module: torch.nn.Module, tensors: list[torch.Tensor], host: str = "auto") -> Any:
+    # to_jax as users call it (dynamic batch on). torch.export prints its partial graph to
+    # stderr when it fails; the result says enough.
     with warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()):
         warnings.simplefilter("ignore")
-        jm = dycl_jax.to_jax(module, tuple(tensors), dynamic_batch=False)
-    return jm(*tensors)
+        jm = dycl_jax.to_jax(module, tuple(tensors), host=host)
+        got = jm(*tensors)
+    if jm.host == "dispatch":
+        in_torch = [s for s in jm.report().host_statements if _OP_CALL in s]
+        if in_torch:
+            raise _RanInTorch(in_torch[0])
+    return got
 
 
 def _run_one(p: _Prepared) -> SampleResult:
@@ -190,60 +241,83 @@ def _run_one(p: _Prepared) -> SampleResult:
     try:
         got = _convert_and_call(p.module, p.tensors)
     except DyclError as exc:
-        if p.too_wide:
-            return SampleResult(PASS, "raised DyclError for a value outside int32")
+        # a crash inside a lowering arrives as a DyclError too ("lowering ... failed"): it is a
+        # failure like any other the torch verdict does not explain
         return _excused(p, _first_line(exc), isinstance(exc, CaptureError), isinstance(exc, InputMutationError))
+    except _RanInTorch as exc:
+        return _excused(p, f"the op ran in torch on the dispatch host: {exc}", True)
     except Exception as exc:  # anything else escaping dycl_jax is a bug, never "not exportable"
-        return SampleResult(FAIL, f"unexpected {_first_line(exc)}")
+        return SampleResult(FAIL, f"unexpected {_first_line(exc)}", p.dtype)
     diff = compare(p.expected, got)
-    return _excused(p, diff, False) if diff else SampleResult(PASS)
+    return _excused(p, diff, False) if diff else SampleResult(PASS, "", p.dtype)
 
 
-def _run_batched(parts: list[_Prepared]) -> list[SampleResult] | None:
-    """Results of all `parts` from one conversion, or None when that conversion fails."""
+def _run_batch(parts: list[_Prepared]) -> list[SampleResult]:
+    """Results of `parts`, converted as one staged graph; where that fails, the batch is split
+    in halves until the failing samples run on their own (as users would convert them)."""
+    if len(parts) == 1:
+        return [_run_one(parts[0])]
     try:
-        got = _convert_and_call(_Batch(parts), [t for p in parts for t in p.tensors])
-    except Exception:  # the per-sample runs that follow say which sample fails and why
-        return None
+        got = _convert_and_call(_Batch(parts), [t for p in parts for t in p.tensors], host="staged")
+    except Exception:
+        half = len(parts) // 2
+        return _run_batch(parts[:half]) + _run_batch(parts[half:])
     results = []
     for p, g in zip(parts, got):
         diff = compare(p.expected, g)
-        results.append(_excused(p, diff, False) if diff else SampleResult(PASS))
+        results.append(_excused(p, diff, False) if diff else SampleResult(PASS, "", p.dtype))
     return results
 
 
-def run_samples(op: Any, samples: list[Any]) -> list[SampleResult]:
-    """Results per sample. Samples are first converted together, as one export costs ~0.3 s;
-    if that conversion fails, each sample is converted on its own to isolate the failure."""
-    prepared = [_prepare(op, s) for s in samples]
+def run_samples(op: Any, samples: list[tuple[str, int, Any]]) -> list[SampleResult]:
+    """Results per (dtype name, index, sample), in order. Samples of one group are converted
+    together, BATCH at a time, as one export costs ~0.3 s."""
+    prepared = [_prepare(op, s, dtype) for dtype, _, s in samples]
     results: list[SampleResult | None] = [p if isinstance(p, SampleResult) else None for p in prepared]
-    plain = [i for i, p in enumerate(prepared) if isinstance(p, _Prepared) and not p.too_wide]
-    batched = _run_batched([prepared[i] for i in plain]) if len(plain) > 1 else None
-    if batched is not None:
-        for i, r in zip(plain, batched):
-            results[i] = r
+    groups: dict[tuple, list[int]] = {}
     for i, p in enumerate(prepared):
-        if results[i] is None:
-            results[i] = _run_one(p)
-    return results
+        if isinstance(p, _Prepared):
+            groups.setdefault(p.group() if p.tensors else (False, None), []).append(i)
+    for members in groups.values():
+        for start in range(0, len(members), BATCH):
+            chunk = members[start:start + BATCH]
+            for i, r in zip(chunk, _run_batch([prepared[i] for i in chunk])):
+                results[i] = r
+    for r, (_, index, _) in zip(results, samples):
+        r.index = index  # type: ignore[union-attr]
+    return results  # type: ignore[return-value]
 
 
-def samples_of(key: tuple[str, str], limit: int = SAMPLES_PER_ENTRY) -> list[Any]:
-    """The first `limit` float32 samples of an entry, generated from a seed fixed per entry."""
+def samples_of(key: tuple[str, str], dtype: torch.dtype, limit: int | None = None,
+               extra: tuple[int, ...] = ()) -> list[tuple[int, Any]]:
+    """(index, sample) for the first `limit` samples of an entry in `dtype` (all if None) and
+    those at the `extra` indices, generated from a seed fixed per entry and dtype."""
     opinfo = op_db()[key]
-    torch.manual_seed(zlib.crc32(entry_id(key).encode()))
-    return list(itertools.islice(opinfo.sample_inputs("cpu", torch.float32, requires_grad=False), limit))
+    torch.manual_seed(zlib.crc32(f"{entry_id(key)}/{dtype_name(dtype)}".encode()))
+    last = None if limit is None else max([limit - 1, *extra])
+    samples = []
+    for i, s in enumerate(opinfo.sample_inputs("cpu", dtype, requires_grad=False)):
+        if last is not None and i > last:
+            break
+        if limit is None or i < limit or i in extra:
+            samples.append((i, s))
+    return samples
 
 
-def run_entry(key: tuple[str, str], limit: int = SAMPLES_PER_ENTRY) -> EntryResult:
+def run_entry(key: tuple[str, str], dtypes: list[torch.dtype] | None = None, limit: int | None = None,
+              extra: dict[str, tuple[int, ...]] | None = None) -> EntryResult:
+    """The samples of the entry (see samples_of; `extra` by dtype name) in each of `dtypes`
+    (default: all it supports of DTYPES)."""
     start = time.perf_counter()
     opinfo = op_db()[key]
     result = EntryResult(key)
-    try:
-        samples = samples_of(key, limit)
-    except Exception as exc:
-        result.samples.append(SampleResult(NOT_EXPORTABLE, f"OpInfo sample generation fails: {_first_line(exc)}"))
-        samples = []
-    result.samples.extend(run_samples(opinfo.op, samples))
+    todo: list[tuple[str, int, Any]] = []
+    for dtype in dtypes if dtypes is not None else dtypes_of(key):
+        name = dtype_name(dtype)
+        try:
+            todo += [(name, i, s) for i, s in samples_of(key, dtype, limit, (extra or {}).get(name, ()))]
+        except Exception as exc:
+            result.samples.append(SampleResult(NOT_EXPORTABLE, f"OpInfo sample generation fails: {_first_line(exc)}", name))
+    result.samples.extend(run_samples(opinfo.op, todo))
     result.seconds = time.perf_counter() - start
     return result

@@ -43,7 +43,8 @@ def _check_every_path(name: str, host: str) -> None:
         with torch.no_grad():
             original = model(*args)
         got, decisions = jm.trace(*args)
-        assert_same(original, got, f"{name} input {k} ({host} vs original torch)")
+        assert_same(original, got, f"{name} input {k} ({host} jm.trace vs original torch)")
+        assert_same(original, jm(*args), f"{name} input {k} ({host} jm(...) vs original torch)")
         if k < 5:  # the dispatch program run in torch decides exactly as the JAX host does
             rewritten_out, torch_decisions = run_dispatch_trace(model, "forward", args, jm._fn.failed_islands())
             assert_same(original, rewritten_out, f"{name} input {k} (dispatch rewrite in torch vs original)")

@@ -1,4 +1,9 @@
-"""Differential test: PyTorch OpInfo float32 samples through to_jax, compared with eager torch."""
+"""Differential test: PyTorch OpInfo samples in every supported dtype (float32, float16, bfloat16,
+int32, int64, bool) through to_jax with dynamic batch on, compared with eager torch.
+
+CI runs the first CI_SAMPLES samples of every (entry, dtype) plus the samples that once found a
+lowering bug (REGRESSION_SAMPLES); every sample runs with `pytest -m opinfo_full tests/test_opinfo.py`.
+"""
 from __future__ import annotations
 
 import sys
@@ -10,52 +15,85 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))  # the helpers live next to this file, not in the package
 
-from opinfo_entries import ORDINARY  # noqa: E402
-from opinfo_known_failures import KNOWN_FAILURES  # noqa: E402
+from opinfo_entries import ORDINARY, REGRESSION_SAMPLES  # noqa: E402
+from opinfo_known_failures import KNOWN_FAILURES, listed  # noqa: E402
 from opinfo_compare import compare, outside_int32  # noqa: E402
-from opinfo_support import PASS, entry_id, op_db, run_entry  # noqa: E402
+from opinfo_support import DTYPES, PASS, dtype_name, dtypes_of, entry_id, op_db, run_entry  # noqa: E402
 
-# The coverage goal: at least this share of the "ordinary models" entries must pass.
+# The coverage goal: at least this share of the "ordinary models" entries, and of their
+# (entry, dtype) pairs, must pass.
 GOAL = 0.90
+CI_SAMPLES = 4  # per (entry, dtype) in CI; the opinfo_full tier runs them all
 
 
-def _params() -> list:
+def _params(full: bool) -> list:
     params = []
     for key in ORDINARY:
-        marks = []
+        marks = [pytest.mark.opinfo_full] if full else []
         if key in KNOWN_FAILURES:
             marks.append(pytest.mark.xfail(strict=True, reason=KNOWN_FAILURES[key]))
         params.append(pytest.param(key, id=entry_id(key), marks=marks))
     return params
 
 
-@pytest.mark.parametrize("key", _params())
-def test_opinfo_entry(key: tuple[str, str]) -> None:
-    """Every float32 sample (up to the cap) converts, runs and matches torch."""
-    result = run_entry(key)
-    failures = result.failures()
-    assert not failures, f"{entry_id(key)}: {len(failures)} failing sample(s)\n" + "\n".join(failures)
+def _check(key: tuple[str, str], limit: int | None) -> None:
+    extra = {d: REGRESSION_SAMPLES.get((*key, d), ()) for d in map(dtype_name, DTYPES)}
+    result = run_entry(key, limit=limit, extra=extra)
+    problems = []
+    for dtype in result.dtypes:
+        reason = KNOWN_FAILURES.get((*key, dtype))  # a listed limit of this dtype only
+        if reason is None:
+            problems += result.failures(dtype)
+        elif not result.failures(dtype):  # its REGRESSION_SAMPLES show the limit in every tier
+            problems.append(f"{dtype} passes now: remove {(*key, dtype)} from the side table ({reason})")
+    assert not problems, f"{entry_id(key)}: {len(problems)} problem(s)\n" + "\n".join(problems)
     # An entry where no sample could run (torch cannot export any, or none is comparable)
     # would count as covered without having run; the side table must list it with the reason.
     if result.status != PASS:
-        reasons = "\n".join(s.detail for s in result.samples)
+        reasons = "\n".join(f"{s.dtype}: {s.detail}" for s in result.samples)
         pytest.fail(f"{entry_id(key)}: no sample could be checked ({result.status}):\n{reasons}")
 
 
+@pytest.mark.parametrize("key", _params(full=False))
+def test_opinfo_entry(key: tuple[str, str]) -> None:
+    """The first CI_SAMPLES samples of every supported dtype, and the regression samples,
+    convert, run and match torch."""
+    _check(key, CI_SAMPLES)
+
+
+@pytest.mark.parametrize("key", _params(full=True))
+def test_opinfo_entry_all_samples(key: tuple[str, str]) -> None:
+    """Every sample of every supported dtype (the opinfo_full tier, not run by CI)."""
+    _check(key, None)
+
+
 def test_known_failures_table_is_valid_and_within_goal() -> None:
-    """The side table names real entries with reasons, and leaves at least GOAL of the list passing."""
+    """The side table names real entries and dtypes with reasons, and leaves at least GOAL of the
+    entries and of the (entry, dtype) pairs passing."""
     db = op_db()
+    dtypes = {key: [dtype_name(d) for d in dtypes_of(key)] for key in ORDINARY}
     for key, reason in KNOWN_FAILURES.items():
-        assert key in db, f"{key} is not an OpInfo entry"
-        assert key in ORDINARY, f"{key} is not run by this test; remove it from the side table"
+        entry = key[:2]
+        assert entry in db, f"{entry} is not an OpInfo entry"
+        assert entry in ORDINARY, f"{entry} is not run by this test; remove it from the side table"
+        assert len(key) == 2 or key[2] in dtypes[entry], f"{key}: the entry has no {key[2]} samples"
         assert reason.strip(), f"{key} needs a reason"
     for key in ORDINARY:
         assert key in db, f"{key} in the ordinary list is not an OpInfo entry"
         assert db[key].supports_dtype(torch.float32, "cpu"), f"{key} has no float32 samples"
+    for (name, variant, dtype), indices in REGRESSION_SAMPLES.items():
+        assert (name, variant) in ORDINARY and dtype in dtypes[(name, variant)], (name, variant, dtype)
+        assert indices and all(i >= CI_SAMPLES for i in indices), f"{(name, variant, dtype)}: CI runs {indices} anyway"
+    for key in KNOWN_FAILURES:  # a limit of one dtype must show in CI, which runs only some samples
+        assert len(key) == 2 or key in REGRESSION_SAMPLES, f"{key}: list a failing sample in REGRESSION_SAMPLES"
     # Every listed entry not in the side table must pass (its own test fails otherwise), so
     # the side table bounds the failure rate of a green run.
-    share = 1 - len(KNOWN_FAILURES) / len(ORDINARY)
+    failing = {key[:2] for key in KNOWN_FAILURES}
+    share = 1 - len(failing) / len(ORDINARY)
     assert share >= GOAL, f"only {share:.1%} of the ordinary entries are expected to pass (goal {GOAL:.0%})"
+    pairs = [(key, d) for key in ORDINARY for d in dtypes[key]]
+    pair_share = 1 - sum(listed(key, d) is not None for key, d in pairs) / len(pairs)
+    assert pair_share >= GOAL, f"only {pair_share:.1%} of the (entry, dtype) pairs are expected to pass"
 
 
 def test_compare_catches_differences() -> None:
@@ -67,11 +105,20 @@ def test_compare_catches_differences() -> None:
     assert compare(x, good.astype(np.float16)) is not None
     assert compare(x, good.reshape(3, 2)) is not None
     assert compare((x, x), (good,)) is not None
+    half = torch.tensor([1000.0, 1.0], dtype=torch.float16)  # ulp 0.5 at 1000: 4 eps is 3.9
+    assert compare(half, np.array([1003.5, 1.0], np.float16)) is None  # 7 ulps
+    assert compare(half, np.array([1004.5, 1.0], np.float16)) is not None  # 9 ulps
+    assert compare(half, np.array([1000.0, 1.0], np.float32)) is not None  # dtype
+    bf = torch.tensor([3.0, -2.0], dtype=torch.bfloat16)
+    import jax.numpy as jnp
+    assert compare(bf, np.asarray(jnp.asarray([3.0, -2.0], jnp.bfloat16))) is None
+    assert compare(bf, np.asarray(jnp.asarray([3.5, -2.0], jnp.bfloat16))) is not None
     idx = torch.tensor([1, 2], dtype=torch.int64)  # int64 results are held as int32
     assert compare(idx, np.array([1, 2], np.int32)) is None
     assert compare(idx, np.array([1, 3], np.int32)) is not None
     assert compare(idx, np.array([1, 2], np.int64)) is None  # a 64-bit program keeps int64
     assert compare(idx, np.array([1, 2], np.int16)) is not None
+    assert compare(torch.tensor([True]), np.array([1], np.int32)) is not None
     big = torch.tensor([2**33 + 1])  # wrapped to int32 it would read 1: that must not match
     assert compare(big, np.array([2**33 + 1], np.int64).astype(np.int32)) is not None
     assert outside_int32([big]) and outside_int32([2**40]) and not outside_int32([idx, 7, True])

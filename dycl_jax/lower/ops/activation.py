@@ -112,12 +112,17 @@ def _wide(x):
 
 @register(aten._softmax.default)
 def softmax(x, dim, half_to_float=False):
-    return jax.nn.softmax(_wide(x), axis=norm_dim(dim, x.ndim))
+    return jax.nn.softmax(_wide(x), axis=_softmax_axis(dim, x.ndim))
 
 
 @register(aten._log_softmax.default)
 def log_softmax(x, dim, half_to_float=False):
-    return jax.nn.log_softmax(_wide(x), axis=norm_dim(dim, x.ndim))
+    return jax.nn.log_softmax(_wide(x), axis=_softmax_axis(dim, x.ndim))
+
+
+def _softmax_axis(dim: int, ndim: int) -> int | None:
+    # torch accepts dim 0 / -1 on a 0-d tensor (softmax of one value is 1); JAX has no axis 0 there
+    return norm_dim(dim, ndim) if ndim else None
 
 
 
