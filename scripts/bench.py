@@ -59,6 +59,7 @@ from _bench_models import Entry, discover, leading_dim, repeat_batch, to_jax_arg
 
 from dycl_jax import JaxModel, to_jax  # noqa: E402
 from dycl_jax.cli import call_example, compare, extra_cases, load_entry  # noqa: E402
+from dycl_jax.rewrite.api import run_torch_trace  # noqa: E402
 
 STATIC_BATCHES = (1, 32)
 
@@ -117,11 +118,31 @@ def _first_call(jm: Any, jax_args: tuple) -> float:
     return time.perf_counter() - start
 
 
+FLOAT_TOL = 1e-3  # largest absolute float difference from torch for which a speed is reported
+
+
+def disagreement(ref: Any, out: Any) -> str:
+    """Why `out` (JAX) is not torch's answer `ref`, or "": a speed is reported only for a model
+    that computes torch's answer (floats within FLOAT_TOL, integers and bools exactly)."""
+    c = compare(ref, out)
+    bad = list(c["problems"])
+    if c["match"] != c["total"]:
+        bad.append(f"{c['total'] - c['match']} of {c['total']} integer/bool elements differ")
+    if c["diff"] > FLOAT_TOL:
+        bad.append(f"float outputs differ by {c['diff']:.3g}")
+    return "; ".join(bad)
+
+
 def _timed_row(row: Row, model: Any, jm: Any, cases: list, ns: argparse.Namespace, warmup: int) -> Row:
     jax_cases = [to_jax_args(c) for c in cases]
     row.compile_s = _first_call(jm, jax_cases[0])
     with torch.inference_mode():
-        row.max_abs_diff = compare(model(*cases[0]), jm(*jax_cases[0]))["diff"]
+        outs = [(model(*c), jm(*jc)) for c, jc in zip(cases, jax_cases)]
+        row.max_abs_diff = compare(*outs[0])["diff"]
+        wrong = next((d for d in (disagreement(*o) for o in outs) if d), "")
+        if wrong:  # no speed for a wrong answer
+            row.error = f"not timed, outputs differ from torch: {wrong}"
+            return row
         t, j = paired(model, jm, cases, jax_cases, ns.runs, warmup)
     row.torch_ms, row.jax_ms, row.ratio = t * 1e3, j * 1e3, t / j
     return row
@@ -251,6 +272,24 @@ def warm(t: HostTime, jm: JaxModel, jax_cases: list, refs: list) -> None:
     checks = [compare(ref, out) for ref, out in zip(refs, outs)]
     t.max_abs_diff = max(c["diff"] for c in checks)
     t.mismatches = sum(c["total"] - c["match"] + len(c["problems"]) for c in checks)
+    wrong = [(k, d) for k, d in enumerate(disagreement(r, o) for r, o in zip(refs, outs)) if d]
+    if wrong:  # no speed for a wrong answer
+        t.error = f"not timed, input {wrong[0][0]} (of {len(wrong)} wrong): outputs differ from torch: {wrong[0][1]}"
+
+
+def check_decisions(t: HostTime, model: Any, jm: JaxModel, cases: list, jax_cases: list) -> None:
+    """A staged program must take torch's path on every input: its decisions (jm.trace) are the
+    rewritten torch program's. The dispatch host makes its decisions in Python, from the values
+    `warm` has already checked."""
+    if jm.host != "staged":
+        return
+    for k, (case, jax_case) in enumerate(zip(cases, jax_cases)):
+        want = run_torch_trace(model, "forward", case)[1]
+        got = jm.trace(*jax_case)[1]
+        if got != want:
+            first = next((i for i, (g, w) in enumerate(zip(got, want)) if g != w), min(len(got), len(want)))
+            t.error = f"not timed, input {k}: decision {first} differs from torch's ({got[first:first + 1]} vs {want[first:first + 1]})"
+            return
 
 
 def bench_hosts(entry: Entry, ns: argparse.Namespace) -> DynnRow:
@@ -271,8 +310,12 @@ def bench_hosts(entry: Entry, ns: argparse.Namespace) -> DynnRow:
                 t = row.hosts[h]
                 if t.shared:
                     t.warm_s, t.max_abs_diff, t.mismatches = (getattr(row.hosts[t.shared], f) for f in WARM_FIELDS)
+                    t.error = row.hosts[t.shared].error
                 else:
                     warm(t, models[h], jax_cases, refs)
+                    if not t.error:
+                        check_decisions(t, model, models[h], cases, jax_cases)
+            ok = [h for h in ok if not row.hosts[h].error]
             medians = interleaved([model] + [_blocking(models[h]) for h in ok],
                                   [cases] + [jax_cases] * len(ok), ns.runs, ns.warmup)
         row.torch_ms = medians[0] * 1e3
