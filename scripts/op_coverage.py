@@ -1,6 +1,7 @@
-"""Prints which PyTorch OpInfo entries convert correctly with dycl_jax (the data behind the 90% goal).
+"""Prints which PyTorch OpInfo entries convert correctly with dycl_jax, in every dtype they support
+(the data behind the 90% goal).
 
-Usage: python scripts/op_coverage.py [--only NAME ...] [--all] [--samples N] [--json PATH]
+Usage: python scripts/op_coverage.py [--only NAME ...] [--all] [--dtype NAME ...] [--samples N] [--json PATH]
 """
 from __future__ import annotations
 
@@ -21,9 +22,9 @@ from rich.markup import escape  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 from opinfo_entries import GROUP_OF, ORDINARY  # noqa: E402
-from opinfo_known_failures import KNOWN_FAILURES  # noqa: E402
+from opinfo_known_failures import KNOWN_FAILURES, listed  # noqa: E402
 from opinfo_support import (  # noqa: E402
-    FAIL, NOT_COMPARABLE, NOT_EXPORTABLE, PASS, SAMPLES_PER_ENTRY, EntryResult, entry_id, op_db, run_entry,
+    DTYPES, FAIL, NOT_COMPARABLE, NOT_EXPORTABLE, PASS, EntryResult, dtype_name, entry_id, op_db, run_entry,
 )
 
 KNOWN, UNEXPECTED_PASS = "known failure", "unexpected pass"
@@ -35,11 +36,15 @@ _MISSING_OP = re.compile(r"no JAX lowering for ATen operator (\S+)")
 Row = tuple[tuple[str, str], EntryResult, str]
 
 
-def _verdict(key: tuple[str, str], status: str) -> str:
-    """The status as the test sees it: a listed failure is expected, a listed pass is not."""
+def _verdict(key: tuple[str, str], result: EntryResult) -> str:
+    """The status as the test sees it: a listed failure (of the entry, or of each failing
+    dtype) is expected, a listed pass is not."""
     if key in KNOWN_FAILURES:
-        return UNEXPECTED_PASS if status == PASS else KNOWN
-    return status
+        return UNEXPECTED_PASS if result.status == PASS else KNOWN
+    failing = [d for d in result.dtypes if result.status_of(d) == FAIL]
+    if failing and all(listed(key, d) for d in failing):
+        return KNOWN
+    return result.status
 
 
 def _select(only: list[str], run_all: bool) -> list[tuple[str, str]]:
@@ -54,21 +59,25 @@ def _select(only: list[str], run_all: bool) -> list[tuple[str, str]]:
     return keys
 
 
-def _table(rows: list[Row], samples: int) -> Table:
-    table = Table(title=f"OpInfo float32 samples through to_jax (first {samples} per entry)")
-    for col in ("entry", "group", "status", "pass", "not exp.", "not comp.", "fail", "s", "first problem"):
+def _table(rows: list[Row], samples: int | None) -> Table:
+    which = "every sample" if samples is None else f"first {samples} samples"
+    table = Table(title=f"OpInfo samples through to_jax ({which} per entry and dtype)")
+    for col in ("entry", "group", "status", "pass", "not exp.", "not comp.", "fail", "failing dtypes", "s",
+                "first problem"):
         table.add_column(col, overflow="fold")
     for key, result, verdict in rows:
         counts = Counter(s.status for s in result.samples)
-        problem = next((s.detail for s in result.samples if s.status == FAIL), "")
+        problem = next((f"{s.dtype} {s.index}: {s.detail}" for s in result.samples if s.status == FAIL), "")
         if not problem and verdict in (NOT_EXPORTABLE, NOT_COMPARABLE):
             problem = result.samples[0].detail if result.samples else ""
+        failing = [d for d in result.dtypes if result.status_of(d) == FAIL]
         if verdict in (KNOWN, UNEXPECTED_PASS):
-            problem = f"[side table] {KNOWN_FAILURES[key]}" + (f" | {problem}" if problem else "")
+            reason = KNOWN_FAILURES.get(key) or listed(key, failing[0])
+            problem = f"[side table] {reason}" + (f" | {problem}" if problem else "")
         numbers = [str(counts[s]) for s in (PASS, NOT_EXPORTABLE, NOT_COMPARABLE, FAIL)]
         table.add_row(
             entry_id(key), GROUP_OF.get(key, "(other)"), f"[{_STYLE[verdict]}]{verdict}",
-            *numbers, f"{result.seconds:.1f}", escape(problem[:160]),  # details hold brackets, not markup
+            *numbers, " ".join(failing), f"{result.seconds:.1f}", escape(problem[:160]),  # details hold brackets
         )
     return table
 
@@ -88,6 +97,11 @@ def _summary(console: Console, rows: list[Row]) -> None:
             f"[bold]pass rate on the ordinary-models list: {passed}/{len(ordinary)} = {passed / len(ordinary):.1%}"
             f"[/bold] (goal 90%; the list has {len(ORDINARY)} entries)"
         )
+    by_dtype = Counter((s.dtype, s.status) for _, r, _ in rows for s in r.samples)
+    for d in map(dtype_name, DTYPES):
+        entries = sum(d in r.dtypes for _, r, _ in rows)
+        counts = ", ".join(f"{by_dtype[d, st]} {st}" for st in (PASS, FAIL, NOT_EXPORTABLE, NOT_COMPARABLE))
+        console.print(f"{d}: {entries} entries, samples: {counts}")
     missing = Counter(op for _, r, _ in rows for op in _missing_ops(r))
     if missing:
         blocked = ", ".join(f"{o} ({n})" for o, n in missing.most_common())
@@ -98,7 +112,8 @@ def _to_json(rows: list[Row]) -> list[dict]:
     return [
         {
             "name": k[0], "variant": k[1], "ordinary": k in set(ORDINARY), "status": v, "seconds": round(r.seconds, 3),
-            "samples": [{"status": s.status, "detail": s.detail} for s in r.samples],
+            "samples": [{"dtype": s.dtype, "index": s.index, "status": s.status, "detail": s.detail}
+                        for s in r.samples],
         }
         for k, r, v in rows
     ]
@@ -108,7 +123,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", action="append", default=[], metavar="NAME", help="an OpInfo name or name.variant")
     parser.add_argument("--all", action="store_true", help="also run every other op_db entry (slow)")
-    parser.add_argument("--samples", type=int, default=SAMPLES_PER_ENTRY, help="samples per entry")
+    parser.add_argument("--dtype", action="append", default=[], choices=[dtype_name(d) for d in DTYPES],
+                        help="only these dtypes (default: every one an entry supports)")
+    parser.add_argument("--samples", type=int, default=None, help="samples per entry and dtype (default: all)")
     parser.add_argument("--json", metavar="PATH", help="write the per-entry results as JSON")
     opts = parser.parse_args(argv)
 
@@ -125,8 +142,9 @@ def main(argv: list[str] | None = None) -> int:
     with console.status("") as status:
         for i, key in enumerate(keys):
             status.update(f"[{i + 1}/{len(keys)}] {entry_id(key)}")
-            result = run_entry(key, opts.samples)
-            rows.append((key, result, _verdict(key, result.status)))
+            dtypes = [d for d in DTYPES if dtype_name(d) in opts.dtype and op_db()[key].supports_dtype(d, "cpu")]
+            result = run_entry(key, dtypes if opts.dtype else None, opts.samples)
+            rows.append((key, result, _verdict(key, result)))
     console.print(_table(rows, opts.samples))
     _summary(console, rows)
     elapsed = time.perf_counter() - start
