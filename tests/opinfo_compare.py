@@ -91,3 +91,58 @@ def identical(a: Any, b: Any) -> bool:
         elif x != y and not (x != x and y != y):  # NaN != NaN for Python floats too
             return False
     return True
+
+
+# Ops whose index outputs torch leaves unspecified among equal values (its CPU sort is not
+# stable; topk's ties): name -> position of `dim` among the sample's args (else kwarg, else -1).
+# Their indices are judged by what they select from the input, and sort's must be a permutation.
+TIE_ORDER_FREE = {"sort": 0, "argsort": 0, "topk": 1}
+
+
+def compare_tie_free(name: str, sample_input: torch.Tensor, args: tuple, kwargs: dict,
+                     expected: Any, got: Any) -> str | None:
+    """compare(), with integer (index) leaves replaced by the input values they select."""
+    pos = TIE_ORDER_FREE[name]
+    dim = kwargs.get("dim", args[pos] if len(args) > pos else -1)
+    exp_leaves, spec = pytree.tree_flatten(expected)
+    got_leaves, got_spec = pytree.tree_flatten(got)
+    if spec != got_spec:
+        return f"output structure {got_spec} != torch's {spec}"
+    exp_out, got_out = [], []
+    for i, (e, g) in enumerate(zip(exp_leaves, got_leaves)):
+        g_np = np.asarray(g)
+        if e.dtype != torch.int64 or sample_input.dim() == 0:
+            exp_out.append(e)
+            got_out.append(g)
+            continue
+        if g_np.dtype not in (np.int32, np.int64) or g_np.shape != tuple(e.shape):
+            return f"leaf {i}: indices of dtype {g_np.dtype} and shape {g_np.shape} (torch {e.dtype}, {tuple(e.shape)})"
+        idx = torch.from_numpy(g_np.astype(np.int64))
+        if name != "topk" and not torch.equal(idx.sort(dim).values, e.sort(dim).values):
+            return f"leaf {i}: the indices are not a permutation along dim {dim}"
+        picked = torch.take_along_dim(sample_input, idx, dim)
+        exp_out.append(torch.take_along_dim(sample_input, e, dim))
+        as_np = picked.float().numpy() if picked.dtype == torch.bfloat16 else picked.numpy()
+        got_out.append(as_np.astype(to_jax_dtype(picked.dtype)))
+    return compare(pytree.tree_unflatten(exp_out, spec), pytree.tree_unflatten(got_out, spec))
+
+
+def no_less_accurate(expected: Any, reference: Any, got: Any) -> str | None:
+    """For a half-precision sample that misses torch's half result by more than the tolerance
+    (cancellation in a sum of products): None if `got` is no further from `reference` (torch on
+    the same inputs in float32) than torch's own half result is, plus the tolerance."""
+    exp_leaves, _ = pytree.tree_flatten(expected)
+    ref_leaves, _ = pytree.tree_flatten(reference)
+    got_leaves, _ = pytree.tree_flatten(got)
+    for i, (e, r, g) in enumerate(zip(exp_leaves, ref_leaves, got_leaves)):
+        if not (isinstance(e, torch.Tensor) and e.dtype in HALF_TOLERANCE):
+            continue
+        rtol, atol = HALF_TOLERANCE[e.dtype]
+        e64, r64 = e.double().numpy(), r.double().numpy()
+        g64 = np.asarray(g).astype(np.float64)
+        ok = np.abs(g64 - r64) <= np.abs(e64 - r64) + atol + rtol * np.abs(r64)
+        ok |= np.isnan(g64) & np.isnan(e64)
+        if not ok.all():
+            where = tuple(int(b) for b in np.argwhere(~ok)[0])
+            return f"leaf {i}: {g64[where]!r} is further from float32's {r64[where]!r} than torch's {e64[where]!r}"
+    return None

@@ -17,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).parent))  # the helpers live next to this 
 
 from opinfo_entries import ORDINARY, REGRESSION_SAMPLES  # noqa: E402
 from opinfo_known_failures import KNOWN_FAILURES, listed  # noqa: E402
-from opinfo_compare import compare, outside_int32  # noqa: E402
+from opinfo_compare import compare, compare_tie_free, no_less_accurate, outside_int32  # noqa: E402
 from opinfo_support import DTYPES, PASS, dtype_name, dtypes_of, entry_id, op_db, run_entry  # noqa: E402
 
 # The coverage goal: at least this share of the "ordinary models" entries, and of their
@@ -119,6 +119,16 @@ def test_compare_catches_differences() -> None:
     assert compare(idx, np.array([1, 2], np.int64)) is None  # a 64-bit program keeps int64
     assert compare(idx, np.array([1, 2], np.int16)) is not None
     assert compare(torch.tensor([True]), np.array([1], np.int32)) is not None
+    torch_half, exact = torch.tensor([0.53], dtype=torch.float16), torch.tensor([0.54])
+    assert no_less_accurate(torch_half, exact, np.array([0.54], np.float16)) is None  # closer than torch
+    assert no_less_accurate(torch_half, exact, np.array([0.58], np.float16)) is not None
+    ties = torch.tensor([1.0, 1.0, 0.0])
+    want = torch.sort(ties)  # values [0, 1, 1]: the order of the two 1s is torch's choice
+    values = want.values.numpy()
+    ok = compare_tie_free("sort", ties, (), {}, tuple(want), (values, np.array([2, 1, 0], np.int32)))
+    assert ok is None
+    for bad in ([0, 1, 2], [2, 0, 0]):  # selects other values; not a permutation
+        assert compare_tie_free("sort", ties, (), {}, tuple(want), (values, np.array(bad, np.int32))) is not None
     big = torch.tensor([2**33 + 1])  # wrapped to int32 it would read 1: that must not match
     assert compare(big, np.array([2**33 + 1], np.int64).astype(np.int32)) is not None
     assert outside_int32([big]) and outside_int32([2**40]) and not outside_int32([idx, 7, True])

@@ -148,6 +148,8 @@ def logsumexp(x, dim, keepdim=False):
 @register(aten.linalg_vector_norm.default)
 def vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None):  # noqa: A002
     x = jnp.abs(to_float(_in(x, dtype)))
+    if x.dtype in (jnp.float16, jnp.bfloat16):  # torch accumulates half norms in float32: x*x overflows at 256
+        x = x.astype(jnp.float32)
     axes = _axes(dim, x)
     if ord == float("inf"):
         return jnp.max(x, axis=axes, keepdims=keepdim)
