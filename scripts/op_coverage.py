@@ -24,7 +24,7 @@ from rich.table import Table  # noqa: E402
 from opinfo_entries import GROUP_OF, ORDINARY  # noqa: E402
 from opinfo_known_failures import KNOWN_FAILURES, listed  # noqa: E402
 from opinfo_support import (  # noqa: E402
-    DTYPES, FAIL, NOT_COMPARABLE, NOT_EXPORTABLE, PASS, EntryResult, dtype_name, entry_id, op_db, run_entry,
+    DTYPES, FAIL, NOT_COMPARABLE, NOT_EXPORTABLE, PASS, EntryResult, dtype_name, entry_id, first, op_db, run_entry,
 )
 
 KNOWN, UNEXPECTED_PASS = "known failure", "unexpected pass"
@@ -143,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
         for i, key in enumerate(keys):
             status.update(f"[{i + 1}/{len(keys)}] {entry_id(key)}")
             dtypes = [d for d in DTYPES if dtype_name(d) in opts.dtype and op_db()[key].supports_dtype(d, "cpu")]
-            result = run_entry(key, dtypes if opts.dtype else None, opts.samples)
+            result = run_entry(key, dtypes if opts.dtype else None, first(opts.samples) if opts.samples else None)
             rows.append((key, result, _verdict(key, result)))
     console.print(_table(rows, opts.samples))
     _summary(console, rows)

@@ -8,7 +8,7 @@ import time
 import warnings
 import zlib
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable, Collection
 
 import torch
 import torch.utils._pytree as pytree
@@ -306,26 +306,27 @@ def run_samples(name: str, op: Any, samples: list[tuple[str, int, Any]]) -> list
     return results  # type: ignore[return-value]
 
 
-def samples_of(key: tuple[str, str], dtype: torch.dtype, limit: int | None = None,
-               extra: tuple[int, ...] = ()) -> list[tuple[int, Any]]:
-    """(index, sample) for the first `limit` samples of an entry in `dtype` (all if None) and
-    those at the `extra` indices, generated from a seed fixed per entry and dtype."""
+Choose = Callable[[str, int], Collection[int]]  # (dtype name, number of samples) -> indices to run
+
+
+def first(n: int) -> Choose:
+    """The first n samples of every dtype."""
+    return lambda dtype, count: range(min(n, count))
+
+
+def samples_of(key: tuple[str, str], dtype: torch.dtype, choose: Choose | None = None) -> list[tuple[int, Any]]:
+    """(index, sample) for the samples of an entry in `dtype` that `choose` picks (all if None),
+    generated from a seed fixed per entry and dtype, so an index names the same sample every run."""
     opinfo = op_db()[key]
     torch.manual_seed(zlib.crc32(f"{entry_id(key)}/{dtype_name(dtype)}".encode()))
-    last = None if limit is None else max([limit - 1, *extra])
-    samples = []
-    for i, s in enumerate(opinfo.sample_inputs("cpu", dtype, requires_grad=False)):
-        if last is not None and i > last:
-            break
-        if limit is None or i < limit or i in extra:
-            samples.append((i, s))
-    return samples
+    samples = list(opinfo.sample_inputs("cpu", dtype, requires_grad=False))
+    picked = range(len(samples)) if choose is None else sorted(set(choose(dtype_name(dtype), len(samples))))
+    return [(i, samples[i]) for i in picked if i < len(samples)]
 
 
-def run_entry(key: tuple[str, str], dtypes: list[torch.dtype] | None = None, limit: int | None = None,
-              extra: dict[str, tuple[int, ...]] | None = None) -> EntryResult:
-    """The samples of the entry (see samples_of; `extra` by dtype name) in each of `dtypes`
-    (default: all it supports of DTYPES)."""
+def run_entry(key: tuple[str, str], dtypes: list[torch.dtype] | None = None, choose: Choose | None = None) -> EntryResult:
+    """The samples `choose` picks (all if None) of the entry in each of `dtypes` (default: all
+    it supports of DTYPES)."""
     start = time.perf_counter()
     opinfo = op_db()[key]
     result = EntryResult(key)
@@ -333,7 +334,7 @@ def run_entry(key: tuple[str, str], dtypes: list[torch.dtype] | None = None, lim
     for dtype in dtypes if dtypes is not None else dtypes_of(key):
         name = dtype_name(dtype)
         try:
-            todo += [(name, i, s) for i, s in samples_of(key, dtype, limit, (extra or {}).get(name, ()))]
+            todo += [(name, i, s) for i, s in samples_of(key, dtype, choose)]
         except Exception as exc:
             result.samples.append(SampleResult(NOT_EXPORTABLE, f"OpInfo sample generation fails: {_first_line(exc)}", name))
     result.samples.extend(run_samples(key[0], opinfo.op, todo))
