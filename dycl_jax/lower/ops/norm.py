@@ -1,6 +1,8 @@
 """Normalisation: batch norm (running or batch statistics), layer norm, group norm."""
 from __future__ import annotations
 
+import math
+
 import jax.numpy as jnp
 from jax import lax
 
@@ -108,7 +110,8 @@ def native_group_norm(x, weight, bias, N, C, HxW, group, eps):
     # N/C/HxW repeat x's shape; x itself is used so a dynamic batch needs no SymInt plumbing
     dt = _compute_dtype(x)
     n, c = x.shape[0], x.shape[1]
-    xg = x.astype(dt).reshape(n, group, -1)
+    per_group = math.prod(x.shape[1:]) // group  # not -1: an empty batch (n = 0) leaves it undetermined
+    xg = x.astype(dt).reshape(n, group, per_group)
     mean = xg.mean(axis=-1, keepdims=True)
     var = jnp.square(xg - mean).mean(axis=-1, keepdims=True)
     rstd = lax.rsqrt(var + eps)
