@@ -82,6 +82,8 @@ def index_put(x, indices: Sequence[Any], values, accumulate: bool = False):
         pos = masks[0]  # a mask at position p covers dims p .. p+mask.ndim-1
         return _masked_put(x, indices[pos], pos, values, accumulate)
     idx = _index_tuple(_static_indices(indices, "x[mask] = values"))
+    if accumulate and x.dtype == jnp.bool_:  # torch accumulates bools as `or`; JAX does not add bools
+        return x.astype(jnp.int32).at[idx].add(values.astype(jnp.int32)) != 0
     values = values.astype(x.dtype)
     return x.at[idx].add(values) if accumulate else x.at[idx].set(values)
 
@@ -113,6 +115,8 @@ def index_add(x, dim: int, index, source, *, alpha: float = 1):
     src = _src_along(source, dim, x.ndim)
     if alpha != 1:
         src = src * alpha
+    if x.dtype == jnp.bool_:  # torch adds bools as `or`; JAX does not add bools
+        return back(y.astype(jnp.int32).at[index.reshape(-1)].add(src.astype(jnp.int32)) != 0)
     return back(y.at[index.reshape(-1)].add(src.astype(x.dtype)))
 
 

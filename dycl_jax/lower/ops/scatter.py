@@ -84,6 +84,8 @@ def _scatter(x, dim: int, index, src, apply):
     """apply(x, coords, values) along `dim`; an empty index (of any rank, as torch allows) is a no-op."""
     if index.size == 0:
         return x
+    if x.dtype == jnp.bool_:  # JAX does not add or compare bools in a scatter; torch's bool sum and max are `or`, min `and`
+        return _scatter(x.astype(jnp.int32), dim, index, jnp.asarray(src).astype(jnp.int32), apply) != 0
     if x.ndim == 0:
         x1, idx, axis = x.reshape(1), index.reshape(1), 0
     else:
