@@ -87,7 +87,10 @@ def cond(pred: Any, true_fn: Callable, false_fn: Callable, inputs: tuple, site: 
     if exit_only and site.dead_on_exit:
         false_fn = with_dead(false_fn, site)
     if padding.selects(site):
-        return padding.select(site, _pred(pred, site), true_fn, false_fn, inputs)
+        try:
+            return padding.select(site, _pred(pred, site), true_fn, false_fn, inputs, exit_only)
+        except padding.NoSelect:
+            pass  # a variable differs between the paths: a cond (the select's nodes are dead code)
     return _choose(site, [(0, pred), (1, True)], [true_fn, false_fn], inputs, exit_only)
 
 
@@ -137,7 +140,7 @@ def _choose(site: Site, candidates: list[tuple[int, Any]], fns: Sequence[Callabl
     placeholders = "all" if exit_only else "retval"
     sub = _subsite(site, [i for i, _ in candidates])
     if site.pad:  # a join of the method's return value in a method with an unrolled loop
-        chosen = padding.prepare(site, chosen)
+        chosen = padding.prepare(site, chosen, exit_only)
     if mode == "staging":
         preds = [p for _, p in candidates[:-1]]
         plan, tensors = staged.choice(sub, preds, [i for i, _ in candidates], chosen, inputs, placeholders)
@@ -231,7 +234,7 @@ def and_(a: Any, b_fn: Callable[[], Any]) -> Any:
         b = b_fn()
         if isinstance(b, torch.Tensor):
             return torch.logical_and(a, b)
-        return a != 0 if b else torch.zeros_like(a, dtype=torch.bool)
+        return a != 0 if b else False  # `t and False` is false whatever t holds: decided now
     return b_fn() if known else a
 
 
@@ -242,7 +245,7 @@ def or_(a: Any, b_fn: Callable[[], Any]) -> Any:
         b = b_fn()
         if isinstance(b, torch.Tensor):
             return torch.logical_or(a, b)
-        return torch.ones_like(a, dtype=torch.bool) if b else a != 0
+        return True if b else a != 0  # `t or True` is true whatever t holds: decided now (a Python bound)
     return a if known else b_fn()
 
 

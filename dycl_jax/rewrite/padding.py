@@ -93,16 +93,16 @@ def unrolled(items: Iterable | None, max_len: int) -> Unroll:
 
 # ---------------------------------------------------------------- the joins of an unrolled method
 
-def prepare(site: Site, fns: Sequence[Callable]) -> list[Callable]:
+def prepare(site: Site, fns: Sequence[Callable], exit_only: bool) -> list[Callable]:
     """Paths of a join in the method: where the return flag is a Python True (the method has
     returned), only the return value and the exit flags are read later, so the user's variables
     are left undefined there (placeholders), and a Python counter stays a Python value. The
-    false path of a guard on the return flag alone runs only when it is set."""
+    false path of an exit-only test on the return flag alone (a guard) runs only when it is set."""
     if RETFLAG not in site.names:
         return list(fns)
     r = site.names.index(RETFLAG)
     dead = [j for j, n in enumerate(site.names) if not n.startswith("_dycl_")]
-    guard_false = site.kind == "guard" and site.exit_flags == (RETFLAG,)
+    guard_false = exit_only and site.exit_flags == (RETFLAG,)
 
     def wrap(fn: Callable, path: int) -> Callable:
         def run(*args: Any) -> tuple:
@@ -217,37 +217,46 @@ def _lengths(x: torch.Tensor) -> torch.Tensor:
 
 
 def selects(site: Site) -> bool:
-    """A guard on the return flag alone in a method with an unrolled loop: run as a select."""
-    return site.pad and site.kind == "guard" and site.exit_flags == (RETFLAG,)
+    """A join in an unrolled method that may run as a select (see `select`): a guard on the
+    return flag alone, or an `if` that may return (an exit of the loop)."""
+    return site.pad and ((site.kind == "guard" and site.exit_flags == (RETFLAG,))
+                         or (site.kind == "if" and RETFLAG in site.names))
 
 
-def select(site: Site, pred: torch.Tensor, true_fn: Callable, false_fn: Callable, inputs: tuple) -> tuple:
-    """`if not _dycl_ret: ...` in an unrolled method, computed on every path and then selected.
+class NoSelect(Exception):
+    """The paths of a join leave a user's variable with values a select cannot merge."""
 
-    Its false path means the method has returned: only the return value counts there, which
-    the true path may not touch. So the true path runs unconditionally (a cond would put an
-    iteration's whole body inside a graph branch, which torch.export traces several times over)
-    and the return value and flag are chosen by `pred`; the user's variables, dead on the false
-    path, take the true path's values.
+
+def select(site: Site, pred: torch.Tensor, true_fn: Callable, false_fn: Callable, inputs: tuple,
+           exit_only: bool) -> tuple:
+    """An exit of an unrolled loop, or a guard on the return flag, computed on both paths and
+    then selected by `pred`, rather than as a cond.
+
+    On a path that has returned only the return value counts (`prepare` leaves the rest
+    undefined), so the other path's values are taken as they are, and only the return value
+    and its flag are chosen by `pred`. With no cond around an iteration's body, torch.export
+    traces it once rather than several times over (once per graph branch and pass), which
+    keeps conversion time linear and small in `max_len`; the program then computes every
+    iteration up to the bound. Raises NoSelect where a variable both paths keep differs.
     """
-    t, f = (tuple(p(*inputs)) for p in prepare(site, [true_fn, false_fn]))
+    t, f = (tuple(p(*inputs)) for p in prepare(site, [true_fn, false_fn], exit_only))
     out: list[Any] = []
     for j, n in enumerate(site.names):
         a, b = t[j], f[j]
-        if isinstance(b, Undefined) or plans.same_python(a, b) or (n != RETVAL and n != RETFLAG):
-            out.append(a)  # the false path leaves it undefined (dead) or equal
+        if isinstance(b, Undefined) or plans.same_python(a, b):
+            out.append(a)
         elif isinstance(a, Undefined):
             out.append(b)
-        elif n == RETFLAG:
-            out.append(True if a is True else torch.where(pred, _tensor(a), torch.ones((), dtype=torch.bool)))
-        else:
+        elif n == RETVAL:
             _, pads = unify(site, [t, f], "all")
             a, b = apply(pads, t)[j], apply(pads, f)[j]
             la, spec = pytree.tree_flatten(a)
             lb, spec_b = pytree.tree_flatten(b)
-            if spec != spec_b:  # the plan names the difference
-                plans.build(site, [t, f], "all")
+            if spec != spec_b:
+                raise NoSelect(n)
             out.append(pytree.tree_unflatten([_where(pred, x, y) for x, y in zip(la, lb)], spec))
+        else:
+            out.append(_where(pred, a, b))
     return tuple(out)
 
 
@@ -258,6 +267,12 @@ def _tensor(v: Any) -> torch.Tensor:
 def _where(pred: torch.Tensor, a: Any, b: Any) -> Any:
     if plans.same_python(a, b):
         return a
-    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
-        return torch.where(pred, _tensor(a), _tensor(b))
-    return torch.where(pred, torch.tensor(a), torch.tensor(b))
+    if isinstance(a, Padded) or isinstance(b, Padded) or not all(isinstance(v, (torch.Tensor, *_NUMBER)) for v in (a, b)):
+        raise NoSelect("structure")
+    a, b = _tensor(a), _tensor(b)
+    if a.dtype != b.dtype or not plans.same_shape(tuple(a.shape), tuple(b.shape)):
+        raise NoSelect("shape")
+    return torch.where(pred, a, b)
+
+
+_NUMBER = (bool, int, float)

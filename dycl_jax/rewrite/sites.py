@@ -31,7 +31,7 @@ class Site:
     owned: tuple[str, ...] = ()
     live_after: tuple[str, ...] = ()
     # a join of the method's own return value in a method with an unrolled loop: its leaves that
-    # differ in shape between the paths are padded (padding.py); for a guard, the flags it tests
+    # differ in shape between the paths are padded (padding.py); the exit flags its test takes in
     pad: bool = False
     exit_flags: tuple[str, ...] = ()
 

@@ -54,7 +54,7 @@ def convert_if(node: ast.If, block: list[ast.stmt], scope: ast.FunctionDef, ctx:
     owned = set().union(*sig.owned)
     live_after = tuple(sorted(n for n in live.after(node) & live.locals if not n.startswith("_dycl_"))) if owned else ()
     pad = ctx.unroll is not None and scope is ctx.src.tree  # the method's own joins (padding.py)
-    flags = tuple(sorted(getattr(node, "_dycl_flags", ()))) if guard else ()
+    flags = tuple(sorted(getattr(node, "_dycl_flags", ())))
     site = ctx.add_site(kind, node.lineno, tuple(sig.outputs), paths, lines, dead, tuple(sorted(owned)), live_after,
                         pad, flags)
     stem = ctx.fresh("if" if kind != "elif" else "case")
