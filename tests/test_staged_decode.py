@@ -114,13 +114,13 @@ class WhileStep(nn.Module):
     def forward(self, x):
         h = torch.tanh(self.inp(x))
         out = []
-        step = 0
+        step = 1
         while True:
             h = torch.tanh(self.rec(h))
             out.append(h)
-            step += 1
             if h.mean().item() > 0.17 or step >= self.max_steps:
                 break
+            step += 1  # after the exit test, as in captioning: a Python counter on one path only
         stacked = torch.cat(out, 0)
         return stacked, stacked.mean(0), torch.tensor(step)
 
