@@ -21,6 +21,8 @@ from dycl_jax.rewrite import plan as plans
 from dycl_jax.rewrite.plan import Undefined
 from dycl_jax.rewrite.sites import RETFLAG, RETVAL, Site
 
+_NUMBER = (bool, int, float)
+
 
 class Padded:
     """A tensor padded with zeros to a fixed shape; `lengths` is its true shape (int vector)."""
@@ -274,5 +276,3 @@ def _where(pred: torch.Tensor, a: Any, b: Any) -> Any:
         raise NoSelect("shape")
     return torch.where(pred, a, b)
 
-
-_NUMBER = (bool, int, float)
