@@ -153,7 +153,7 @@ def _convert(ns: argparse.Namespace, out: Console, err: Console) -> int:
         model, args = call_example(fn)
     with err.status("capturing with torch.export and lowering to JAX"), warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        jm = to_jax(model, args, method=ns.method, host=ns.host)
+        jm = to_jax(model, args, method=ns.method, host=ns.host, max_len=ns.max_len)
     model.eval()  # converted in eval mode; compare against the same
     report = jm.report()
     # what the user's model triggered; deprecations come from library internals, not the model
@@ -203,6 +203,8 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("path", help="file.py or file.py:function; the function returns (model, args)")
     c.add_argument("--method", default="forward", help="method to convert (default: forward)")
     c.add_argument("--host", default="auto", choices=["auto", "staged", "dispatch"], help="how control flow runs")
+    c.add_argument("--max-len", type=int, default=None, metavar="N",
+                   help="stage the method's decode loop, unrolled to at most N iterations (padded outputs)")
     c.add_argument(
         "--check", type=int, default=16, metavar="N", help="also compare on inputs(N) if the file defines it"
     )

@@ -19,8 +19,9 @@ from dycl_jax.lower.int_ranges import describe_ints, int64_verdict, int_scope
 from dycl_jax.lower.interpreter import LoweredGraph
 from dycl_jax.report.build import build_report
 from dycl_jax.report.dispatch import build_dispatch_report
-from dycl_jax.rewrite.api import dispatch_plan, rewritten, staging
+from dycl_jax.rewrite.api import UnrollOption, dispatch_plan, rewritten, staging
 from dycl_jax.rewrite.modes import exclusive
+from dycl_jax.runtime.decoded import finish
 from dycl_jax.runtime.model import JaxModel
 from dycl_jax.runtime.signature import CallSignature
 from dycl_jax.runtime.state import build_module
@@ -34,6 +35,7 @@ def to_jax(
     method: str = "forward",
     host: str = "auto",
     dynamic_batch: bool = True,
+    max_len: int | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> JaxModel:
     """Convert `model.<method>` to JAX. Non-tensor leaves of `example_args` are baked in.
@@ -41,18 +43,33 @@ def to_jax(
     host: "staged" (one XLA program), "dispatch" (control flow in Python around jitted
     regions, exact for data-dependent shapes) or "auto" (staged if the whole method stages,
     else dispatch). `progress`, if given, is called with the name of each stage as it starts.
+
+    max_len: where the method does not stage as written, unroll its decode loop (a loop whose
+    values change shape per iteration, at the top level of the method) into one staged program
+    of at most `max_len` iterations; its outputs come back exact from `jm(...)` and padded,
+    with their lengths, from `jm.padded(...)` / `jm.apply(...)` (see README, "Staged decode loops").
     """
     step = progress or (lambda stage: None)
     if not isinstance(model, torch.nn.Module):
         raise DyclError(f"to_jax expects a torch.nn.Module, got {type(model).__name__}")
     if host not in HOSTS:
         raise DyclError(f"unknown host {host!r}", fix=f"use one of {', '.join(HOSTS)}")
+    if max_len is not None and (type(max_len) is not int or max_len < 1):
+        raise DyclError(f"max_len must be a positive int, got {max_len!r}", fix="pass e.g. max_len=32")
     args = example_args if isinstance(example_args, tuple) else (example_args,)
     reason = None
     start = time.perf_counter()
     if host != "dispatch":
         try:
-            return _staged(model, args, method, dynamic_batch, step)
+            try:
+                return _staged(model, args, method, dynamic_batch, step)
+            except (UnsupportedOpError, InputMutationError, AliasedUpdateError):
+                raise
+            except DyclError:
+                if max_len is None:
+                    raise
+            # as written the method does not stage: with its decode loop unrolled it may
+            return _staged(model, args, method, dynamic_batch, step, UnrollOption(max_len))
         except (UnsupportedOpError, InputMutationError, AliasedUpdateError):
             raise  # a missing lowering, or an update dispatch could not keep either, is the same under either host
         except DyclError as exc:  # the method does not stage as one program (our own bugs propagate)
@@ -63,12 +80,12 @@ def to_jax(
 
 
 def _staged(model: torch.nn.Module, args: tuple, method: str, dynamic_batch: bool,
-            step: Callable[[str], None]) -> JaxModel:
+            step: Callable[[str], None], unroll: UnrollOption | None = None) -> JaxModel:
     t0 = time.perf_counter()
     # The rewritten method (and every user method it reaches) is patched in only while
     # torch.export runs; staging() makes tensor predicates emit torch.cond/while_loop.
-    step("rewrite + capture")
-    with rewritten(model, method) as rewrite_record, staging():
+    step("rewrite + capture" if unroll is None else f"rewrite (decode loop unrolled, max_len={unroll.max_len}) + capture")
+    with rewritten(model, method, unroll) as rewrite_record, staging():
         cap = capture(model, args, method, dynamic_batch=dynamic_batch)
     t1 = time.perf_counter()
     step("lower")
@@ -80,7 +97,7 @@ def _staged(model: torch.nn.Module, args: tuple, method: str, dynamic_batch: boo
         module, variables = build_module(cap.state)
         t2 = time.perf_counter()
         jm = JaxModel(module, variables, [e.path for e in cap.state], staged_fn(graph), CallSignature.of(cap),
-                      "staged", x64=ints.wide)
+                      "staged", x64=ints.wide, finish=finish if unroll is not None else None)
         step("check")
         # Trace once on the example's shapes (no compile, no compute): every lowering and every
         # branch-shape check runs now, so problems surface at conversion rather than first call.

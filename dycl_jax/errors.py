@@ -56,3 +56,7 @@ class AliasedUpdateError(CaptureError):
 
 class CallError(DyclError):
     """A converted model was called with arguments that do not match its signature."""
+
+
+class DecodeBoundError(DyclError):
+    """A decode loop unrolled for `max_len` needed more iterations than that for this input."""

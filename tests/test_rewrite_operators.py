@@ -83,7 +83,9 @@ def test_logical_ops_short_circuit_python_values():
     with ops.tracing():
         out = ops.and_(TRUE, lambda: FALSE)
         assert isinstance(out, torch.Tensor) and not out.item()
-        assert ops.or_(FALSE, lambda: True).item() is True
+        assert ops.or_(FALSE, lambda: True) is True  # true whatever the tensor holds: decided as Python
+        assert ops.and_(TRUE, lambda: False) is False
+        assert isinstance(ops.or_(FALSE, lambda: False), torch.Tensor)
         assert isinstance(ops.not_(torch.tensor(False)), torch.Tensor)
 
 

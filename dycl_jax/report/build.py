@@ -118,4 +118,5 @@ def build_report(
         timings=timings,
         warnings=[w for f in (rewrite.functions if rewrite else []) for w in f.warnings],
         rewritten=_rewritten(rewrite),
+        unrolled=[u for f in (rewrite.functions if rewrite else []) for u in f.unrolled],
     )

@@ -66,6 +66,8 @@ class ConversionReport:
     compilations: int = 0
     # how torch.int64 is held (int32 where every value is proven to fit, else 64-bit) and why
     integers: str = ""
+    # decode loops unrolled for `max_len` (outputs padded, with lengths): "while@m.py:12 (at most 8 iterations)"
+    unrolled: list[str] = field(default_factory=list)
 
 
 def report_to_dict(report: ConversionReport) -> dict:

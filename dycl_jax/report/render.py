@@ -53,6 +53,8 @@ def _header(report: ConversionReport) -> Panel:
                                     f"{report.compilations} XLA executables"))
     if report.integers:
         body.add_row("integers", _t(report.integers))
+    if report.unrolled:
+        body.add_row("unrolled", _t("\n".join(f"{u}; outputs padded, with lengths" for u in report.unrolled)))
     body.add_row("inputs", _t("\n".join(report.inputs) or "(none)"))
     body.add_row("outputs", _t(outputs))
     body.add_row(

@@ -51,6 +51,7 @@ class FunctionRecord:
     sites: list[SiteRecord] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     patched: list[str] = field(default_factory=list)  # "Block.forward on blocks.0", ...
+    unrolled: list[str] = field(default_factory=list)  # loops unrolled for max_len (decode_loops.py)
 
     @property
     def source(self) -> str:
@@ -76,10 +77,17 @@ class _Rewritten:
 _CACHE: dict[tuple, _Rewritten] = {}
 
 
+@dataclass(frozen=True)
+class UnrollOption:
+    """`to_jax(..., max_len=N)`: the converted method's decode loop runs at most N iterations."""
+
+    max_len: int
+
+
 def _rewrite(fn: types.FunctionType, helper_cells: dict[str, types.CellType], upto: str | None = None,
-             dispatch: bool = False) -> _Rewritten:
+             dispatch: bool = False, unroll: UnrollOption | None = None) -> _Rewritten:
     key = (fn.__code__, id(fn.__globals__), tuple(sorted((k, id(v)) for k, v in helper_cells.items())), upto,
-           dispatch)
+           dispatch, unroll)
     if key in _CACHE:
         return _CACHE[key]
     src = read_function(fn)
@@ -92,10 +100,11 @@ def _rewrite(fn: types.FunctionType, helper_cells: dict[str, types.CellType], up
             fix=f"pass `{hazard.variable}` to `{hazard.function}` as an argument",
         )
     original = copy.deepcopy(src.tree)
-    ctx = Context(src, helpers=helper_cells)
+    ctx = Context(src, helpers=helper_cells, unroll=unroll)
     tree = pipeline.run(ctx, upto, dispatch=dispatch)
     new_fn, filename, _ = codegen.build(ctx, tree)
-    record = FunctionRecord(fn.__qualname__, src.file, src.line, filename, warnings=list(ctx.warnings))
+    record = FunctionRecord(fn.__qualname__, src.file, src.line, filename, warnings=list(ctx.warnings),
+                            unrolled=list(ctx.unrolled))
     for site in ctx.sites:
         if site.kind not in ("region", "island"):
             record.sites.append(SiteRecord(site.kind, site.label, site.line))
@@ -130,15 +139,16 @@ def _reads_data(tree: ast.AST) -> bool:
     return any(isinstance(n, ast.Attribute) and n.attr == "data" and isinstance(n.ctx, ast.Load) for n in ast.walk(tree))
 
 
-def _plan(model: torch.nn.Module, method: str) -> tuple[list[disc.Target], dict[types.FunctionType, _Rewritten],
-                                                        dict[types.FunctionType, types.CellType]]:
+def _plan(model: torch.nn.Module, method: str, unroll: UnrollOption | None = None
+          ) -> tuple[list[disc.Target], dict[types.FunctionType, _Rewritten], dict[types.FunctionType, types.CellType]]:
     targets, helpers = disc.discover(model, method)
+    top = {t.fn for t in targets if t.owner is model and t.attr == method} if unroll else set()
     functions = {t.fn for t in targets} | {h.fn for h in helpers}
     for fn in functions:  # user frames stay in export's stack traces (node → user line)
         codegen.keep_frames(fn.__code__)
     dynamic: set[types.FunctionType] = set()
     for fn in functions:  # source is read only for code that branches or reads `.data`
-        if disc.has_branching(fn.__code__) and needs_rewrite(read_function(fn).tree):
+        if fn in top or (disc.has_branching(fn.__code__) and needs_rewrite(read_function(fn).tree)):
             dynamic.add(fn)
         elif "data" in disc.code_names(fn.__code__) and _reads_data(read_function(fn).tree):
             dynamic.add(fn)  # torch.export cannot trace `.data`; the rewrite makes it `.detach()`
@@ -154,7 +164,7 @@ def _plan(model: torch.nn.Module, method: str) -> tuple[list[disc.Target], dict[
     done: dict[types.FunctionType, _Rewritten] = {}
     for fn in dynamic:
         refs = _referenced(fn, cells)
-        done[fn] = _rewrite(fn, {name: cells[h] for name, h in refs.items()})
+        done[fn] = _rewrite(fn, {name: cells[h] for name, h in refs.items()}, unroll=unroll if fn in top else None)
     for h, cell in cells.items():
         cell.cell_contents = done[h].fn
     return [t for t in targets if t.fn in done], done, cells
@@ -167,16 +177,18 @@ def _bind(target: disc.Target, fn: types.FunctionType) -> Any:
 
 
 @contextlib.contextmanager
-def rewritten(model: torch.nn.Module, method: str = "forward") -> Iterator[RewriteRecord]:
+def rewritten(model: torch.nn.Module, method: str = "forward", unroll: UnrollOption | None = None
+              ) -> Iterator[RewriteRecord]:
     """Patch `model.<method>` and every user method it reaches with its rewritten version
-    (on these instances only, restored on exit); yields what was rewritten."""
+    (on these instances only, restored on exit); yields what was rewritten. With `unroll`,
+    the method's decode loop is unrolled (converters/decode_loops.py)."""
     if not callable(getattr(model, method, None)):
         raise DyclError(f"{type(model).__name__} has no method {method!r}", fix="pass method=<name of a method>")
-    targets, done, _ = _plan(model, method)
+    targets, done, _ = _plan(model, method, unroll)
     names = {id(m): n or "<model>" for n, m in model.named_modules()}
     record = RewriteRecord(type(model).__name__, method)
     records = {fn: dataclasses.replace(rw.record, sites=list(rw.record.sites), warnings=list(rw.record.warnings),
-                                       patched=[]) for fn, rw in done.items()}
+                                       patched=[], unrolled=list(rw.record.unrolled)) for fn, rw in done.items()}
     record.functions = list(records.values())
     saved: list[tuple[Any, str, bool, Any]] = []
     try:

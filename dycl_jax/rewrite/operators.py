@@ -19,7 +19,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from dycl_jax.errors import AliasedUpdateError, DyclError, InputMutationError
-from dycl_jax.rewrite import plan as plans, staged
+from dycl_jax.rewrite import padding, plan as plans, staged
 from dycl_jax.rewrite import modes
 from dycl_jax.rewrite.constants import static
 from dycl_jax.rewrite.modes import staging, tracing
@@ -28,10 +28,11 @@ from dycl_jax.rewrite.sites import Site
 from dycl_jax.rewrite.exits import ExitOnly, unless, with_dead  # noqa: F401  (unless: called by generated code)
 from dycl_jax.rewrite.values import and_value, data, getitem, np_reduce, or_value  # noqa: F401  (called by generated code)
 from dycl_jax.rewrite.regions import NOT_STAGED, decide, defined, island, region  # noqa: F401  (dispatch host)
+from dycl_jax.rewrite.padding import decoded, unrolled  # noqa: F401  (unrolled decode loops)
 
 __all__ = ["Undefined", "staging", "tracing", "cond", "switch", "ifexp", "while_loop", "and_", "or_", "not_",
            "and_value", "or_value", "item", "as_bool", "as_float", "as_int", "stop", "own", "data", "unless",
-           "np_reduce", "getitem", "region", "decide", "defined", "island", "NOT_STAGED"]
+           "np_reduce", "getitem", "region", "decide", "defined", "island", "NOT_STAGED", "decoded", "unrolled"]
 
 
 def _pred(p: Any, site: Site) -> torch.Tensor:
@@ -85,6 +86,11 @@ def cond(pred: Any, true_fn: Callable, false_fn: Callable, inputs: tuple, site: 
         _check_aliases(site, sys._getframe(1))
     if exit_only and site.dead_on_exit:
         false_fn = with_dead(false_fn, site)
+    if padding.selects(site):
+        try:
+            return padding.select(site, _pred(pred, site), true_fn, false_fn, inputs, exit_only)
+        except padding.NoSelect:
+            pass  # a variable differs between the paths: a cond (the select's nodes are dead code)
     return _choose(site, [(0, pred), (1, True)], [true_fn, false_fn], inputs, exit_only)
 
 
@@ -133,19 +139,21 @@ def _choose(site: Site, candidates: list[tuple[int, Any]], fns: Sequence[Callabl
     chosen = [fns[i] for i, _ in candidates]
     placeholders = "all" if exit_only else "retval"
     sub = _subsite(site, [i for i, _ in candidates])
+    if site.pad:  # a join of the method's return value in a method with an unrolled loop
+        chosen = padding.prepare(site, chosen, exit_only)
     if mode == "staging":
         preds = [p for _, p in candidates[:-1]]
         plan, tensors = staged.choice(sub, preds, [i for i, _ in candidates], chosen, inputs, placeholders)
         return plan.rebuild(tensors)
     with modes.dry_run(inputs) as dry_inputs:
         outs = [tuple(fn(*dry_inputs)) for fn in chosen]
-        plan = plans.build(sub, outs, placeholders)
+        plan, pads = padding.unify(sub, outs, placeholders) if site.pad else (plans.build(sub, outs, placeholders), None)
     if mode == "dry":
-        return plan.normalize(outs[0])
+        return plan.normalize(padding.apply(pads, outs[0]))
     taken = next(k for k, (_, p) in enumerate(candidates) if p is True or bool(p))
     if plan.n_tensors:  # the staged program has a graph op here, and records its decision
         modes.record(site, taken == 0 if site.kind != "elif" else candidates[taken][0])
-    return plan.normalize(tuple(chosen[taken](*inputs)))
+    return plan.normalize(padding.apply(pads, tuple(chosen[taken](*inputs))))
 
 
 def _subsite(site: Site, indices: list[int]) -> Site:
@@ -226,7 +234,7 @@ def and_(a: Any, b_fn: Callable[[], Any]) -> Any:
         b = b_fn()
         if isinstance(b, torch.Tensor):
             return torch.logical_and(a, b)
-        return a != 0 if b else torch.zeros_like(a, dtype=torch.bool)
+        return a != 0 if b else False  # `t and False` is false whatever t holds: decided now
     return b_fn() if known else a
 
 
@@ -237,7 +245,7 @@ def or_(a: Any, b_fn: Callable[[], Any]) -> Any:
         b = b_fn()
         if isinstance(b, torch.Tensor):
             return torch.logical_or(a, b)
-        return torch.ones_like(a, dtype=torch.bool) if b else a != 0
+        return True if b else a != 0  # `t or True` is true whatever t holds: decided now (a Python bound)
     return a if known else b_fn()
 
 

@@ -5,7 +5,7 @@ import ast
 from typing import Callable
 
 from dycl_jax.analysis.scopes import function_locals
-from dycl_jax.rewrite.converters import (counted_while, dispatch_split, helpers, host_values, jump_else, logical, loop_exits, predicates,
+from dycl_jax.rewrite.converters import (counted_while, decode_loops, dispatch_split, helpers, host_values, jump_else, logical, loop_exits, predicates,
                                          returns, side_effects, structured, super_calls, tensor_data,
                                          ternary, undefined_init)
 from dycl_jax.rewrite.templates import Context, user_scopes
@@ -21,6 +21,7 @@ PIPELINE: list[tuple[str, Callable[[ast.FunctionDef, Context], None]]] = [
     ("predicates", predicates.convert),
     ("host_values", host_values.convert),  # after the static marks: `xs[i]` in a test stays static
     ("counted_while", counted_while.convert),  # before exits become flags: its `for` takes them as any `for` does
+    ("decode_loops", decode_loops.convert),  # only with max_len: before jump_else, as its exits are returns
     ("jump_else", jump_else.convert),  # before exits become flags: one cond per complete path
     ("returns", returns.convert),
     ("loop_exits", loop_exits.convert),

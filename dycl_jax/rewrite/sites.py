@@ -30,6 +30,10 @@ class Site:
     # in-place update must not be lost on another live name for the same tensor (operators.py)
     owned: tuple[str, ...] = ()
     live_after: tuple[str, ...] = ()
+    # a join of the method's own return value in a method with an unrolled loop: its leaves that
+    # differ in shape between the paths are padded (padding.py); the exit flags its test takes in
+    pad: bool = False
+    exit_flags: tuple[str, ...] = ()
 
     @property
     def label(self) -> str:

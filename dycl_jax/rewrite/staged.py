@@ -21,7 +21,7 @@ from torch.fx.experimental.proxy_tensor import disable_proxy_modes_tracing
 from torch.utils._mode_utils import no_dispatch
 
 from dycl_jax.errors import DyclError
-from dycl_jax.rewrite import constants, lifting, plan as plans
+from dycl_jax.rewrite import constants, lifting, padding, plan as plans
 from dycl_jax.rewrite.sites import Site
 
 
@@ -142,7 +142,8 @@ def choice(site: Site, preds: list[torch.Tensor], indices: list[int], fns: list[
     """torch.cond (two paths) or a chain of torch.cond on a branch index (elif chains)."""
     ops = Operands(inputs)
     traced = [trace(fn, ops) for fn in fns]
-    plan = plans.build(site, [t.values for t in traced], placeholders)
+    values = [t.values for t in traced]
+    plan, pads = padding.unify(site, values, placeholders) if site.pad else (plans.build(site, values, placeholders), None)
     if plan.n_tensors == 0:
         return plan, []
 
@@ -150,7 +151,7 @@ def choice(site: Site, preds: list[torch.Tensor], indices: list[int], fns: list[
     kept = [ops.tensors[i] for i in keep]
 
     def branch(t: Traced, skip: int) -> Callable:
-        return lambda *o: plan.flatten(tuple(t.replay(_expand(ops.tensors, keep, o[skip:]))))
+        return lambda *o: plan.flatten(padding.apply(pads, tuple(t.replay(_expand(ops.tensors, keep, o[skip:])))))
 
     if len(fns) == 2 and site.kind != "elif":
         return plan, list(cond_op(preds[0], branch(traced[0], 0), branch(traced[1], 0), tuple(kept)))

@@ -26,6 +26,10 @@ class Context:
     # exit flag -> ("return" | "break" | "continue", the loop it leaves or restarts, or None)
     exits: dict[str, tuple[str, Any]] = field(default_factory=dict)
     counter: int = 0
+    # `to_jax(..., max_len=N)`: unroll the method's decode loop (converters/decode_loops.py);
+    # set for the converted method only, never for the helpers it calls
+    unroll: Any = None
+    unrolled: list[str] = field(default_factory=list)  # "while@model.py:12 (at most 8 iterations)"
 
     def fresh(self, stem: str) -> str:
         self.counter += 1
@@ -36,9 +40,10 @@ class Context:
 
     def add_site(self, kind: str, line: int, names: tuple[str, ...], paths: tuple[str, ...],
                  lines: tuple[tuple[int | None, ...], ...], dead_on_exit: tuple[str, ...] = (),
-                 owned: tuple[str, ...] = (), live_after: tuple[str, ...] = ()) -> int:
+                 owned: tuple[str, ...] = (), live_after: tuple[str, ...] = (), pad: bool = False,
+                 exit_flags: tuple[str, ...] = ()) -> int:
         self.sites.append(Site(kind, self.src.file, line, self.code(line), names, paths, lines, dead_on_exit,
-                               owned, live_after))
+                               owned, live_after, pad, exit_flags))
         return len(self.sites) - 1
 
     def warn(self, line: int, message: str) -> None:

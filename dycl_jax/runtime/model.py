@@ -33,6 +33,7 @@ class JaxModel:
         jit: bool = True,
         structured: bool = False,
         x64: bool = False,
+        finish: Callable[[Any], Any] | None = None,
     ):
         self.module = module
         # a program that may hold int64 values outside int32 runs in JAX's 64-bit scope, entered
@@ -50,6 +51,8 @@ class JaxModel:
         self._report_builder: Callable[[], ConversionReport] | None = None  # a live report (dispatch host)
         # the dispatch host returns the method's own output structure; the staged one flat outputs
         self._unflatten = (lambda outs: outs) if structured else signature.unflatten
+        # an unrolled decode loop returns padded outputs (runtime/decoded.py): calls trim them
+        self._finish = finish or (lambda out: out)
         # Decision tracing compiles a second program whose lax ops report to this log; the
         # callback is bound when JAX traces, so it must stay the same object across calls.
         self._trace_log: list[tuple[str, Any]] = []
@@ -60,9 +63,15 @@ class JaxModel:
     def __call__(self, *args: Any) -> Any:
         if self.x64:
             with int_scope(True):
-                return self._unflatten(self._call(self._state_values(), self.signature.bind(args)))
+                return self._finish(self._unflatten(self._call(self._state_values(), self.signature.bind(args))))
         # the hot path: the checks in bind() are remembered per input shape (signature.py)
-        return self._unflatten(self._call(self._state_values(), self.signature.bind(args)))
+        return self._finish(self._unflatten(self._call(self._state_values(), self.signature.bind(args))))
+
+    def padded(self, *args: Any) -> Any:
+        """The jitted call without trimming: for a model converted with `max_len`, a `Decoded`
+        (`.value` with `Padded(value, lengths)` leaves where shapes vary, `.exceeded`)."""
+        with int_scope(self.x64):
+            return self._unflatten(self._call(self._state_values(), self.signature.bind(args)))
 
     def _state_values(self) -> list[Any]:
         # get_raw_value: the stored array itself; `.value`/get_value copy and warn (~10 µs each)
@@ -73,6 +82,7 @@ class JaxModel:
 
         Differentiable with `jax.grad`: while loops with a static trip-count bound run as
         fori_loop here (same results as `jm(...)`, which exits loops early with while_loop).
+        With an unrolled decode loop (`max_len`) the result is the padded form, as `padded`.
         """
         with int_scope(self.x64):
             tensors = self.signature.bind(args)
@@ -101,7 +111,7 @@ class JaxModel:
         jax.effects_barrier()  # callbacks may still be in flight after the result is ready
         decisions = list(self._trace_log)
         self._trace_log.clear()
-        return self.signature.unflatten(outs), decisions
+        return self._finish(self.signature.unflatten(outs)), decisions
 
     @property
     def state_paths(self) -> list[str]:

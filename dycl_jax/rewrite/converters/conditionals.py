@@ -53,7 +53,10 @@ def convert_if(node: ast.If, block: list[ast.stmt], scope: ast.FunctionDef, ctx:
     dead = dead_on_exit(node, sig.outputs, live, ctx) if len(tests) == 1 else ()
     owned = set().union(*sig.owned)
     live_after = tuple(sorted(n for n in live.after(node) & live.locals if not n.startswith("_dycl_"))) if owned else ()
-    site = ctx.add_site(kind, node.lineno, tuple(sig.outputs), paths, lines, dead, tuple(sorted(owned)), live_after)
+    pad = ctx.unroll is not None and scope is ctx.src.tree  # the method's own joins (padding.py)
+    flags = tuple(sorted(getattr(node, "_dycl_flags", ())))
+    site = ctx.add_site(kind, node.lineno, tuple(sig.outputs), paths, lines, dead, tuple(sorted(owned)), live_after,
+                        pad, flags)
     stem = ctx.fresh("if" if kind != "elif" else "case")
     fns = []
     for k, (body, owned) in enumerate(zip(bodies, sig.owned)):

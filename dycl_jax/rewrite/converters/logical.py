@@ -32,6 +32,9 @@ def _mark_tests(root: ast.AST) -> None:
         elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "ifexp"
               and node.args):  # a ternary the ternary converter already turned into an operator
             mark(node.args[0])
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "unless"
+              and len(node.args) == 2 and isinstance(node.args[1], ast.Lambda)):
+            mark(node.args[1].body)  # an `if` test that took exit flags in (converters/flags.py)
 
 
 class _Logical(ast.NodeTransformer):
