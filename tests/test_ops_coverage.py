@@ -1,0 +1,231 @@
+"""Lowerings that models need beyond the basics (grid_sample, embedding_bag, pdist, det/slogdet,
+SVD norms, triangular solves, complex views, ctc_loss, multi-head attention), against torch in
+every argument form, with gradients against torch autograd where models train through them."""
+from __future__ import annotations
+
+import jax
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+import dycl_jax
+from differential import assert_same
+
+TOL = 1e-4  # float32 outputs and gradients (rtol and atol)
+
+
+class Fn(torch.nn.Module):
+    """forward(*args) = fn(*args): one module per checked program."""
+
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, *args):
+        return self.fn(*args)
+
+
+def _float_leaves(out) -> list[torch.Tensor]:
+    return [t for t in torch.utils._pytree.tree_leaves(out) if isinstance(t, torch.Tensor) and t.is_floating_point()]
+
+
+def check(module: torch.nn.Module, *args, grad: tuple[int, ...] | None = None, tol: float = TOL, host: str = "auto"):
+    """Convert, compare the outputs with torch; with `grad`, also the gradients of a random
+    projection of the float outputs with respect to those arguments and to the parameters
+    (`grad=()`: the parameters only)."""
+    module = module.eval()
+    jm = dycl_jax.to_jax(module, args, dynamic_batch=False, host=host)
+    with torch.no_grad():
+        want = module(*args)
+    assert_same(want, jm(*args), type(module).__name__, rtol=tol, atol=tol)
+    # a statement run by torch on the dispatch host would match torch without testing a lowering
+    assert not jm.report().host_statements, jm.report().host_statements
+    if grad is not None:
+        _check_grad(module, jm, args, grad, tol)
+    return jm
+
+
+def _check_grad(module, jm, args, grad, tol) -> None:
+    from flax import nnx
+
+    targs = [a.detach().clone().requires_grad_(i in grad) if isinstance(a, torch.Tensor) else a for i, a in enumerate(args)]
+    module.zero_grad()
+    outs = _float_leaves(module(*targs))
+    gen = torch.Generator().manual_seed(3)
+    projs = [torch.randn(o.shape, generator=gen) for o in outs]
+    sum((o * p).sum() for o, p in zip(outs, projs)).backward()
+    want = [targs[i].grad for i in grad]
+    want_params = {n: p.grad for n, p in module.named_parameters() if p.grad is not None}
+
+    params, rest = nnx.state(jm.module, nnx.Param, ...)
+    np_args = [a.numpy() if isinstance(a, torch.Tensor) else a for a in args]
+    jprojs = [p.numpy() for p in projs]
+
+    def loss(p, xs):
+        call = list(np_args)
+        for i, x in zip(grad, xs):
+            call[i] = x
+        leaves = [o for o in jax.tree_util.tree_leaves(jm.apply(nnx.merge_state(p, rest), *call))
+                  if np.issubdtype(o.dtype, np.floating)]
+        return sum((o * q).sum() for o, q in zip(leaves, jprojs))
+
+    g_params, g_args = jax.jit(jax.grad(loss, argnums=(0, 1)))(params, [np_args[i] for i in grad])
+    for i, g, w in zip(grad, g_args, want):
+        np.testing.assert_allclose(np.asarray(g), w.numpy(), rtol=tol, atol=tol, err_msg=f"gradient of argument {i}")
+    got_params = {".".join(map(str, k)): np.asarray(v.value) for k, v in g_params.flat_state()}
+    for name, w in want_params.items():
+        np.testing.assert_allclose(got_params[name], w.numpy(), rtol=tol, atol=tol, err_msg=f"gradient of {name}")
+
+
+def _gen(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+# ------------------------------------------------------------------ grid_sample / affine_grid
+
+_MODES_2D = [(m, p, a) for m in ("bilinear", "nearest", "bicubic") for p in ("zeros", "border", "reflection")
+             for a in (False, True)]
+
+
+def _grid(shape, seed: int) -> torch.Tensor:
+    # coordinates beyond [-1, 1] exercise the padding rule; a few sit exactly on pixel centres,
+    # borders and half-way points (ties of nearest rounding)
+    g = torch.rand(shape, generator=_gen(seed)) * 2.6 - 1.3
+    g.view(-1)[:6] = torch.tensor([-1.0, 1.0, 0.0, 0.5, -0.25, 1.0])
+    return g
+
+
+# gradients (to the image and to the grid) for a subset: each mode and each padding rule once
+# at least, both alignments; XLA's compile time of the gradient grows with every variant
+_GRAD_2D = [("bilinear", "zeros", False), ("bilinear", "border", True), ("bilinear", "reflection", False),
+            ("bicubic", "reflection", True), ("bicubic", "zeros", False), ("nearest", "border", False)]
+
+
+def _sampler(forms):
+    return Fn(lambda x, g: tuple(F.grid_sample(x, g, mode=m, padding_mode=p, align_corners=a) for m, p, a in forms))
+
+
+def test_grid_sample_2d_every_mode_padding_and_alignment() -> None:
+    x = torch.randn(2, 3, 5, 7, generator=_gen(0))
+    g = _grid((2, 4, 6, 2), 1)
+    check(_sampler(_MODES_2D), x, g)
+    check(_sampler(_GRAD_2D), x, g, grad=(0, 1))
+
+
+def test_grid_sample_3d_and_affine_grid_spatial_transformer() -> None:
+    x = torch.randn(1, 2, 3, 4, 5, generator=_gen(2))
+    g = _grid((1, 2, 3, 4, 3), 3)
+    check(_sampler([f for f in _MODES_2D if f[0] != "bicubic"]), x, g)
+    check(_sampler([("bilinear", "reflection", True), ("bilinear", "border", False)]), x, g, grad=(0, 1))
+
+    class SpatialTransformer(torch.nn.Module):
+        """A localisation net predicts an affine map; the image is resampled through it."""
+
+        def __init__(self):
+            super().__init__()
+            self.loc = torch.nn.Linear(3 * 8 * 8, 6)
+
+        def forward(self, img):
+            theta = self.loc(img.flatten(1)).view(-1, 2, 3) + torch.tensor([[1.0, 0, 0], [0, 1.0, 0]])
+            grid = F.affine_grid(theta, list(img.shape), align_corners=False)
+            return F.grid_sample(img, grid, align_corners=False)
+
+    torch.manual_seed(0)
+    check(SpatialTransformer(), torch.randn(2, 3, 8, 8, generator=_gen(4)), grad=(0,))
+
+
+def test_deformable_sampling_offsets_from_data() -> None:
+    """Deformable-convolution style: offsets predicted by a conv shift a base grid."""
+
+    class Deform(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.offset = torch.nn.Conv2d(4, 2, 3, padding=1)
+
+        def forward(self, x):
+            n, _, h, w = x.shape
+            ys, xs = torch.meshgrid(torch.linspace(-1, 1, h), torch.linspace(-1, 1, w), indexing="ij")
+            base = torch.stack([xs, ys], -1).expand(n, h, w, 2)
+            grid = base + self.offset(x).permute(0, 2, 3, 1).tanh() * 0.5
+            return F.grid_sample(x, grid, mode="bilinear", padding_mode="border", align_corners=True)
+
+    torch.manual_seed(1)
+    check(Deform(), torch.randn(2, 4, 6, 5, generator=_gen(5)), grad=(0,))
+
+
+# ------------------------------------------------------------------ embedding_bag
+
+
+def test_embedding_bag_modes_offsets_padding_and_weights() -> None:
+    w = torch.randn(10, 4, generator=_gen(6))
+    idx = torch.tensor([1, 2, 4, 5, 4, 3, 2, 9, 0, 4])
+    off = torch.tensor([0, 3, 3, 6])  # the second bag is empty
+    psw = torch.rand(10, generator=_gen(7))
+    idx2d = torch.tensor([[1, 2, 4], [4, 3, 4]])
+
+    def bags(w, idx, off, psw, idx2d):
+        out = []
+        for mode in ("sum", "mean", "max"):
+            out.append(F.embedding_bag(idx, w, off, mode=mode))
+            out.append(F.embedding_bag(idx, w, off, mode=mode, padding_idx=4))
+            out.append(F.embedding_bag(idx2d, w, mode=mode))
+            out.append(F.embedding_bag(idx, w, torch.cat([off, torch.tensor([10])]), mode=mode,
+                                       include_last_offset=True))
+        out.append(F.embedding_bag(idx, w, off, mode="sum", per_sample_weights=psw))
+        out.append(F.embedding_bag(idx, w, off, mode="sum", per_sample_weights=psw, padding_idx=-1))
+        return tuple(out)
+
+    check(Fn(bags), w, idx, off, psw, idx2d, grad=(0, 3))
+
+
+def test_embedding_bag_module_trains_like_torch() -> None:
+    torch.manual_seed(2)
+    bag = torch.nn.EmbeddingBag(12, 5, mode="mean", padding_idx=0)
+    head = torch.nn.Linear(5, 2)
+    model = torch.nn.ModuleDict({"bag": bag, "head": head})
+
+    class TextClassifier(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.m = model
+
+        def forward(self, tokens, offsets):
+            return self.m["head"](self.m["bag"](tokens, offsets))
+
+    tokens = torch.tensor([3, 0, 7, 11, 2, 2, 5])
+    check(TextClassifier(), tokens, torch.tensor([0, 2, 5]), grad=())
+
+
+# ------------------------------------------------------------------ ctc_loss
+
+
+def _ctc_case(seed: int, t: int = 12, n: int = 3, c: int = 6, s: int = 4):
+    g = _gen(seed)
+    log_probs = torch.randn(t, n, c, generator=g).log_softmax(-1)
+    targets = torch.randint(1, c, (n, s), generator=g)
+    targets[0, 1] = targets[0, 0]  # a repeated label needs a blank between the two
+    input_lengths = torch.tensor([t, t - 3, 3])  # the last is too short for 4 labels: infinite loss
+    target_lengths = torch.tensor([s, s - 1, s])
+    return log_probs, targets, input_lengths, target_lengths
+
+
+@pytest.mark.parametrize("zero_infinity", [False, True])
+def test_ctc_loss_reductions_lengths_and_zero_infinity(zero_infinity: bool) -> None:
+    lp, tg, il, tl = _ctc_case(8)
+    flat = torch.cat([tg[i, :int(tl[i])] for i in range(len(tl))])  # concatenated 1-D targets
+
+    def losses(lp, tg, il, tl, flat):
+        out = [F.ctc_loss(lp, tg, il, tl, reduction=r, zero_infinity=zero_infinity) for r in ("none", "mean", "sum")]
+        out.append(F.ctc_loss(lp, flat, il, tl, reduction="none", zero_infinity=zero_infinity))
+        # lengths as Python lists (baked in: the IntList overload)
+        out.append(F.ctc_loss(lp, tg, [12, 9, 3], [4, 3, 4], reduction="sum", zero_infinity=zero_infinity))
+        # one unbatched sequence
+        out.append(F.ctc_loss(lp[:, 1], tg[1, :3], il[1:2], tl[1:2], reduction="none", zero_infinity=zero_infinity))
+        # the blank as the last class: labels 0..4
+        out.append(F.ctc_loss(lp, tg - 1, il, tl, blank=5, reduction="none", zero_infinity=zero_infinity))
+        return tuple(out)
+
+    want = losses(lp, tg, il, tl, flat)
+    assert torch.isinf(want[0][2]) != zero_infinity  # the infeasible sequence is in the sample
+    check(Fn(losses), lp, tg, il, tl, flat)
