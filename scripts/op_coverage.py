@@ -34,8 +34,10 @@ from opinfo_support import (  # noqa: E402
 )
 
 KNOWN, UNEXPECTED_PASS = "known failure", "unexpected pass"
+# a sample that "passes" because the dispatch host ran the op in torch tested no lowering
+IN_TORCH = "ran in torch"
 _STYLE = {
-    PASS: "green", UNEXPECTED_PASS: "magenta", KNOWN: "yellow",
+    PASS: "green", UNEXPECTED_PASS: "magenta", KNOWN: "yellow", IN_TORCH: "red",
     NOT_EXPORTABLE: "blue", NOT_COMPARABLE: "cyan", FAIL: "red",
 }
 _MISSING_OP = re.compile(r"no JAX lowering for ATen operator (\S+)")
@@ -91,6 +93,29 @@ def _run_in_dtype(key: tuple[str, str], limit: int) -> EntryResult:
     result.samples.extend(run_samples(info.op, samples))
     result.seconds = time.perf_counter() - start
     return result
+
+
+_MADE: list = []  # the JaxModels converted while one entry runs
+
+
+def _watch_conversions() -> None:
+    """Record every model the harness converts, to find statements the dispatch host ran in torch."""
+    import dycl_jax
+
+    convert = dycl_jax.to_jax
+
+    def to_jax(*args, **kwargs):
+        jm = convert(*args, **kwargs)
+        _MADE.append(jm)
+        return jm
+
+    dycl_jax.to_jax = to_jax
+
+
+def _ran_in_torch() -> list[str]:
+    found = [s for jm in _MADE if jm.host == "dispatch" for s in jm.report().host_statements]
+    _MADE.clear()
+    return found
 
 
 def _verdict(key: tuple[str, str], status: str) -> str:
@@ -196,6 +221,7 @@ def main(argv: list[str] | None = None) -> int:
     # a wide table stays readable when the output goes to a file or a CI log
     console = Console(width=None if sys.stdout.isatty() else 200)
     _CLASS.update(classify(op_db()))
+    _watch_conversions()
     keys = _select(opts.only, opts.all, opts.selection)
     start = time.perf_counter()
     rows: list[Row] = []
@@ -203,7 +229,12 @@ def main(argv: list[str] | None = None) -> int:
         for i, key in enumerate(keys):
             status.update(f"[{i + 1}/{len(keys)}] {entry_id(key)}")
             result = _run(key, opts.samples)
-            rows.append((key, result, _verdict(key, result.status)))
+            verdict = _verdict(key, result.status)
+            in_torch = _ran_in_torch()
+            if in_torch and verdict == PASS:
+                verdict = IN_TORCH
+                result.samples.append(SampleResult(FAIL, f"the dispatch host ran in torch: {in_torch[0]}"))
+            rows.append((key, result, verdict))
     console.print(_table(rows, opts.samples))
     _summary(console, rows, opts.selection)
     elapsed = time.perf_counter() - start

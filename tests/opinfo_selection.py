@@ -13,11 +13,12 @@ from typing import Any
 #                  the torch.special module are that module's, not torch's), or in _ELEMENTWISE
 #   reduction      it is a ReductionOpInfo outside the masked module, or in _REDUCTION
 #   indexing / shape / sorting   in _INDEXING / _SHAPE (or a ShapeFuncInfo) / _SORTING
-# The one exclusion class (_RANDOM): ops that sample random numbers, whose values no JAX
-# program can reproduce (they belong to the training-mode conversion). Entries of other
-# modules (torch.special, fft, signal, masked, sparse) and CUDA-only kernels (jiterator,
-# _scaled_mm, flash/efficient attention) are not in the selection because none of the
-# rules above names them.
+# Two exclusion classes: _RANDOM, ops that sample random numbers, whose values no JAX
+# program can reproduce (they belong to the training-mode conversion); _CUDA_ONLY, entries
+# torch itself runs only on CUDA (eager torch fails on the CPU, so nothing can be compared).
+# Entries of other modules (torch.special, fft, signal, masked, sparse) and other CUDA
+# kernels (_scaled_mm, flash/efficient attention) are not in the selection because none of
+# the rules above names them.
 _LINALG = """
     addmm addmm:decomposed addmv addbmm baddbmm addr dot vdot bmm mv mm matmul __rmatmul__
     outer inner kron tensordot einsum block_diag cross cdist dist trace
@@ -66,6 +67,8 @@ _RANDOM = """
     svd_lowrank pca_lowrank
 """
 
+_CUDA_ONLY = "jiterator_unary jiterator_binary jiterator_binary_return_by_ref nn.functional.batch_norm:without_cudnn"
+
 
 def _keys(text: str) -> set[tuple[str, str]]:
     return {(w.partition(":")[0], w.partition(":")[2]) for w in text.split()}
@@ -76,6 +79,7 @@ LISTED = {
     "indexing": _keys(_INDEXING), "shape": _keys(_SHAPE), "sorting": _keys(_SORTING),
 }
 RANDOM = _keys(_RANDOM)
+CUDA_ONLY = _keys(_CUDA_ONLY)
 
 
 def _module_keys(module: str) -> set[tuple[str, str]]:
@@ -85,7 +89,7 @@ def _module_keys(module: str) -> set[tuple[str, str]]:
 
 
 def classify(db: dict[tuple[str, str], Any]) -> dict[tuple[str, str], str]:
-    """The selected entries of `db` with their class; random-sampling entries map to "random"."""
+    """The selected entries of `db` with their class; excluded ones map to "random" or "cuda only"."""
     from torch.testing._internal.opinfo.core import BinaryUfuncInfo, ReductionOpInfo, ShapeFuncInfo, UnaryUfuncInfo
 
     other_modules = _module_keys("special") | _module_keys("_masked")
@@ -95,6 +99,8 @@ def classify(db: dict[tuple[str, str], Any]) -> dict[tuple[str, str], str]:
         name = key[0]
         if key in RANDOM:
             cls = "random"
+        elif key in CUDA_ONLY:
+            cls = "cuda only"
         elif name.startswith("nn.functional."):
             cls = "nn.functional"
         elif key in linalg_module or name.startswith("linalg.") or key in LISTED["linalg"]:
@@ -113,5 +119,5 @@ def classify(db: dict[tuple[str, str], Any]) -> dict[tuple[str, str], str]:
 
 
 def selection(db: dict[tuple[str, str], Any]) -> list[tuple[str, str]]:
-    """The measured entries: selected and not random-sampling, in a stable order."""
-    return sorted(k for k, c in classify(db).items() if c != "random")
+    """The measured entries: selected and not excluded, in a stable order."""
+    return sorted(k for k, c in classify(db).items() if c not in ("random", "cuda only"))

@@ -229,3 +229,66 @@ def test_ctc_loss_reductions_lengths_and_zero_infinity(zero_infinity: bool) -> N
     want = losses(lp, tg, il, tl, flat)
     assert torch.isinf(want[0][2]) != zero_infinity  # the infeasible sequence is in the sample
     check(Fn(losses), lp, tg, il, tl, flat)
+
+
+# ------------------------------------------------------------------ multi-head attention
+
+
+class _Attention(torch.nn.Module):
+    """Every argument form of multi-head attention in one program (one conversion)."""
+
+    def __init__(self, only: tuple[int, ...] = ()):
+        super().__init__()
+        self.only = only  # the forms returned (all when empty); torch.export drops the rest
+        torch.manual_seed(4)
+        self.plain = torch.nn.MultiheadAttention(8, 2)
+        self.extras = torch.nn.MultiheadAttention(8, 2, add_bias_kv=True, add_zero_attn=True)
+        self.cross = torch.nn.MultiheadAttention(8, 2, kdim=6, vdim=5)  # separate q/k/v projection weights
+        self.first = torch.nn.MultiheadAttention(8, 4, batch_first=True, bias=False)
+
+    def forward(self, q, k6, v5, kpm_bool, kpm_float, m2_bool, m2_float, m3_bool, m3_float, causal):
+        out = [
+            self.plain(q, q, q),
+            self.plain(q, q, q, need_weights=False)[0],
+            self.plain(q, q, q, average_attn_weights=False),
+            self.plain(q, q, q, key_padding_mask=kpm_bool),
+            self.plain(q, q, q, key_padding_mask=kpm_float),
+            self.plain(q, q, q, attn_mask=m2_bool),
+            self.plain(q, q, q, attn_mask=m2_float, need_weights=False)[0],
+            self.plain(q, q, q, attn_mask=m3_bool, key_padding_mask=kpm_bool),
+            self.plain(q, q, q, attn_mask=m3_float, average_attn_weights=False),
+            self.plain(q, q, q, attn_mask=causal, is_causal=True, need_weights=False)[0],
+            self.plain(q, q, q, attn_mask=causal, is_causal=True, key_padding_mask=kpm_bool),
+            self.extras(q, q, q, key_padding_mask=kpm_bool),
+            self.extras(q, q, q, attn_mask=m2_float, need_weights=False)[0],
+            self.cross(q, k6, v5),
+            self.cross(q, k6, v5, key_padding_mask=kpm_bool, average_attn_weights=False),
+            self.first(q.transpose(0, 1), q.transpose(0, 1), q.transpose(0, 1)),
+            self.first(q.transpose(0, 1), q.transpose(0, 1), q.transpose(0, 1), attn_mask=m2_bool,
+                       need_weights=False)[0],
+        ]
+        return tuple(out[i] for i in self.only) if self.only else tuple(out)
+
+
+def _attention_inputs():
+    g = _gen(9)
+    length, batch = 5, 3
+    q = torch.randn(length, batch, 8, generator=g)
+    k6, v5 = torch.randn(length, batch, 6, generator=g), torch.randn(length, batch, 5, generator=g)
+    kpm_bool = torch.zeros(batch, length, dtype=torch.bool)
+    kpm_bool[0, 4], kpm_bool[1, 1:3] = True, True  # never a whole row: that would be NaN in torch too
+    kpm_float = torch.where(kpm_bool, -1e4, 0.0) + torch.rand(batch, length, generator=g) * 0.1
+    m2_bool = torch.rand(length, length, generator=g) > 0.7
+    m2_bool.fill_diagonal_(False)
+    m2_float = torch.randn(length, length, generator=g)
+    m3_bool = (torch.rand(batch * 2, length, length, generator=g) > 0.7) & ~torch.eye(length, dtype=torch.bool)
+    m3_float = torch.randn(batch * 2, length, length, generator=g)
+    causal = torch.nn.Transformer.generate_square_subsequent_mask(length)
+    return q, k6, v5, kpm_bool, kpm_float, m2_bool, m2_float, m3_bool, m3_float, causal
+
+
+def test_multi_head_attention_every_argument_form_and_gradients() -> None:
+    check(_Attention(), *_attention_inputs())
+    # gradients (inputs and every projection weight) through masks, bias_kv/zero_attn,
+    # separate projections and batch_first
+    check(_Attention(only=(7, 11, 14, 15)), *_attention_inputs(), grad=(0, 1, 2))

@@ -31,3 +31,15 @@ def pdist_forward(x, p=2.0):
     n = x.shape[0]
     i, j = np.triu_indices(n, k=1)  # pairs (0,1), (0,2), ..., (n-2, n-1): torch's order
     return _safe_norm(x[i] - x[j], float(p))
+
+
+@register(aten._cdist_forward.default)
+def cdist_forward(x1, x2, p, compute_mode=None):
+    # compute_mode picks torch's matmul formula for p = 2; the direct differences are exact
+    return _safe_norm(x1[..., :, None, :] - x2[..., None, :, :], float(p))
+
+
+@register(aten.dist.default)
+def dist(a, b, p=2):
+    d = (a - b).reshape(-1)
+    return _safe_norm(d, float(p))
