@@ -16,11 +16,14 @@ TOL = 1e-4  # float32 outputs and gradients (rtol and atol)
 
 
 class Fn(torch.nn.Module):
-    """forward(*args) = fn(*args): one module per checked program."""
+    """forward(*args) = fn(*args): one module per checked program; `modules` become submodules
+    (their parameters and buffers the converted state) for fn to close over."""
 
-    def __init__(self, fn):
+    def __init__(self, fn, **modules):
         super().__init__()
         self.fn = fn
+        for name, m in modules.items():
+            self.add_module(name, m)
 
     def forward(self, *args):
         return self.fn(*args)
@@ -292,3 +295,96 @@ def test_multi_head_attention_every_argument_form_and_gradients() -> None:
     # gradients (inputs and every projection weight) through masks, bias_kv/zero_attn,
     # separate projections and batch_first
     check(_Attention(only=(7, 11, 14, 15)), *_attention_inputs(), grad=(0, 1, 2))
+
+
+# ------------------------------------------------------------------ instance norm, pdist
+
+
+def test_instance_norm_eval_forms() -> None:
+    """Eval forms that update nothing in place: input statistics with or without affine
+    parameters, and the running statistics (use_input_stats=False)."""
+    torch.manual_seed(5)
+    plain = torch.nn.InstanceNorm2d(3)
+    affine = torch.nn.InstanceNorm1d(3, affine=True)
+    tracked = torch.nn.InstanceNorm2d(3, track_running_stats=True)  # eval: uses the running stats
+    tracked.running_mean.uniform_(-1, 1)
+    tracked.running_var.uniform_(0.5, 2)
+    with torch.no_grad():
+        affine.weight.uniform_(0.5, 1.5)
+        affine.bias.uniform_(-1, 1)
+    mods = torch.nn.ModuleList([plain, affine, tracked])
+    x2, x1 = torch.randn(2, 3, 4, 5, generator=_gen(10)) * 3 + 1, torch.randn(2, 3, 7, generator=_gen(11))
+    check(Fn(lambda a, b: (mods[0](a), mods[1](b), mods[2](a), F.instance_norm(b, eps=1e-3)), mods=mods), x2, x1,
+          grad=(0, 1))
+
+
+def test_pdist_every_p_and_gradient() -> None:
+    x = torch.randn(6, 4, generator=_gen(12))
+    x[3] = x[1]  # a zero distance: torch's gradient there is 0, not NaN
+    check(Fn(lambda x: tuple(F.pdist(x, p) for p in (2.0, 1.0, 0.5, 3.0, 0.0, float("inf")))), x)
+    check(Fn(lambda x: (F.pdist(x), F.pdist(x, 3.0))), x, grad=(0,))
+
+
+# ------------------------------------------------------------------ determinants, SVD norms, solves
+
+
+def test_det_slogdet_logdet() -> None:
+    a = torch.randn(3, 4, 4, generator=_gen(13))
+    a[1] = a[1] @ a[1].mT + torch.eye(4)  # positive determinant
+    a[2, :, 0] = -a[2, :, 0].abs() - 1  # likely negative: logdet is NaN there, as in torch
+    check(Fn(lambda a: (torch.linalg.det(a), *torch.linalg.slogdet(a), torch.logdet(a), torch.det(a[0]))), a,
+          grad=(0,))
+
+
+def test_svd_based_norms() -> None:
+    a = torch.randn(2, 4, 3, generator=_gen(14))
+
+    def norms(a):
+        out = [torch.linalg.matrix_norm(a, ord=o) for o in (2, -2, "nuc", "fro", 1, float("inf"))]
+        out += [torch.linalg.svdvals(a), torch.linalg.norm(a, ord=2, dim=(1, 2)), torch.linalg.norm(a, ord=-2, dim=(1, 2)),
+                torch.linalg.norm(a[0], ord="nuc"), torch.norm(a, p="nuc", dim=(1, 2)),
+                torch.linalg.matrix_norm(a, ord=2, dim=(0, 2), keepdim=True), torch.linalg.cond(a[:, :3, :3])]
+        return tuple(out)
+
+    check(Fn(norms), a, grad=(0,))
+
+
+def test_triangular_solves_every_form() -> None:
+    g = _gen(15)
+    a = torch.randn(2, 4, 4, generator=g) + 4 * torch.eye(4)  # well conditioned
+    b = torch.randn(2, 4, 3, generator=g)
+    bt = torch.randn(2, 3, 4, generator=g)
+
+    def solves(a, b, bt):
+        out = []
+        for upper in (True, False):
+            out.append(torch.linalg.solve_triangular(a.triu() if upper else a.tril(), b, upper=upper))
+            out.append(torch.linalg.solve_triangular(a, bt, upper=upper, left=False))
+            out.append(torch.linalg.solve_triangular(a, b, upper=upper, unitriangular=True))
+            out.append(torch.linalg.solve_triangular(a[0], b, upper=upper))  # batch broadcast
+            for transpose in (False, True):
+                out.extend(torch.triangular_solve(b, a, upper=upper, transpose=transpose))
+            out.append(torch.triangular_solve(b, a, upper=upper, unitriangular=True).solution)
+        return tuple(out)
+
+    check(Fn(solves), a, b, bt, grad=(0, 1))
+
+
+def test_complex_views_inside_a_real_program_and_as_outputs() -> None:
+    """Rotary-embedding style: pairs viewed as complex, rotated, viewed back as real. A complex
+    output leaves the program as a complex64 array."""
+    x = torch.randn(2, 5, 8, generator=_gen(16))
+    angles = torch.rand(5, 4, generator=_gen(17)) * 6
+
+    def rotary(x, angles):
+        z = torch.view_as_complex(x.reshape(2, 5, 4, 2))
+        rot = torch.polar(torch.ones_like(angles), angles)
+        real = torch.view_as_real(z * rot).flatten(2)
+        return real, (z * rot).abs(), torch.view_as_complex(x.reshape(2, 5, 4, 2).contiguous())
+
+    jm = check(Fn(rotary), x, angles)
+    out = jm(x.numpy(), angles.numpy())[2]
+    assert out.dtype == np.complex64
+    np.testing.assert_allclose(out, torch.view_as_complex(x.reshape(2, 5, 4, 2)).numpy(), rtol=1e-6)
+    _check_grad(Fn(lambda x, a: rotary(x, a)[:2]), dycl_jax.to_jax(Fn(lambda x, a: rotary(x, a)[:2]), (x, angles),
+                                                                  dynamic_batch=False), (x, angles), (0, 1), TOL)
