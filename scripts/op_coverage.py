@@ -236,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
             in_torch = _ran_in_torch()
             if in_torch and verdict == PASS:
                 verdict = IN_TORCH
-                result.samples.append(SampleResult(FAIL, f"the dispatch host ran in torch: {in_torch[0]}"))
+                result.samples.append(SampleResult(FAIL, "the dispatch host ran in torch: " + " | ".join(in_torch)))
             rows.append((key, result, verdict))
     console.print(_table(rows, opts.samples))
     _summary(console, rows, opts.selection)

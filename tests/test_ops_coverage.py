@@ -388,3 +388,23 @@ def test_complex_views_inside_a_real_program_and_as_outputs() -> None:
     np.testing.assert_allclose(out, torch.view_as_complex(x.reshape(2, 5, 4, 2)).numpy(), rtol=1e-6)
     _check_grad(Fn(lambda x, a: rotary(x, a)[:2]), dycl_jax.to_jax(Fn(lambda x, a: rotary(x, a)[:2]), (x, angles),
                                                                   dynamic_batch=False), (x, angles), (0, 1), TOL)
+
+
+# ------------------------------------------------------------------ the wide OpInfo selection
+
+
+def test_wide_selection_names_real_entries_and_excludes_only_stated_classes() -> None:
+    """Every name the selection lists is an OpInfo entry (a typo would silently shrink it), and
+    the only entries left out of the measured list are the two stated exclusion classes."""
+    from opinfo_selection import CUDA_ONLY, LISTED, RANDOM, classify, selection
+    from opinfo_support import op_db
+
+    db = op_db()
+    for cls, keys in {**LISTED, "random": RANDOM, "cuda only": CUDA_ONLY}.items():
+        missing = sorted(k for k in keys if k not in db)
+        assert not missing, f"{cls}: not OpInfo entries: {missing}"
+    classes = classify(db)
+    measured = set(selection(db))
+    assert {k for k, c in classes.items() if k not in measured} <= RANDOM | CUDA_ONLY
+    assert ("nn.functional.grid_sample", "") in measured and ("linalg.svd", "") in measured
+    assert ("special.i0e", "") not in measured and ("bernoulli", "") not in measured
