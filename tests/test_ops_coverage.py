@@ -370,6 +370,20 @@ def test_triangular_solves_every_form() -> None:
     check(Fn(solves), a, b, bt, grad=(0, 1))
 
 
+def test_checked_linalg_functions_lower_without_the_error_check() -> None:
+    """inv, solve, cholesky, lu_factor and what builds on them stage as one program (their
+    error check is left out of the graph) and match torch on well-posed inputs."""
+    g = _gen(18)
+    a = torch.randn(2, 4, 4, generator=g) + 3 * torch.eye(4)
+    b = torch.randn(2, 4, 2, generator=g)
+    spd = a @ a.mT + torch.eye(4)
+    jm = check(Fn(lambda a, b, spd: (torch.linalg.inv(a), torch.linalg.solve(a, b), torch.linalg.solve(a, b[..., 0]),
+                                     torch.linalg.solve(a, b.mT, left=False), torch.linalg.cholesky(spd),
+                                     torch.linalg.cholesky(spd, upper=True), torch.linalg.matrix_power(a, -2),
+                                     *torch.linalg.lu_factor(a))), a, b, spd, grad=(0, 1))
+    assert jm.host == "staged"
+
+
 def test_complex_views_inside_a_real_program_and_as_outputs() -> None:
     """Rotary-embedding style: pairs viewed as complex, rotated, viewed back as real. A complex
     output leaves the program as a complex64 array."""
