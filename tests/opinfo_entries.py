@@ -56,20 +56,20 @@ _GROUPS = {
         nn.functional.pixel_shuffle nn.functional.pixel_unshuffle nn.functional.unfold
         nn.functional.interpolate:nearest nn.functional.interpolate:nearest-exact
         nn.functional.interpolate:linear nn.functional.interpolate:bilinear
-        nn.functional.interpolate:bicubic nn.functional.interpolate:area
+        nn.functional.interpolate:bicubic nn.functional.interpolate:area nn.functional.grid_sample
     """,
     "normalisation": """
         nn.functional.batch_norm nn.functional.layer_norm nn.functional.group_norm
         nn.functional.instance_norm nn.functional.rms_norm nn.functional.normalize
     """,
     "embedding and attention": """
-        nn.functional.embedding nn.functional.scaled_dot_product_attention
-        nn.functional.cosine_similarity nn.functional.pairwise_distance
+        nn.functional.embedding nn.functional.embedding_bag nn.functional.scaled_dot_product_attention
+        nn.functional.cosine_similarity nn.functional.pairwise_distance nn.functional.pdist
     """,
     "common losses": """
         nn.functional.cross_entropy nn.functional.nll_loss nn.functional.mse_loss
         nn.functional.l1_loss nn.functional.smooth_l1_loss nn.functional.binary_cross_entropy
-        nn.functional.binary_cross_entropy_with_logits
+        nn.functional.binary_cross_entropy_with_logits nn.functional.ctc_loss
     """,
     "shape and layout": """
         cat stack hstack vstack reshape reshape_as view view_as permute transpose t movedim

@@ -15,6 +15,7 @@ import torch.utils._pytree as pytree
 from torch.export import Dim, ExportedProgram
 from torch.export.graph_signature import InputKind, OutputKind
 
+from dycl_jax.capture.checked_linalg import UNCHECKED
 from dycl_jax.capture.shims import capture_shims
 from dycl_jax.errors import CaptureError, DyclError, InputMutationError
 from dycl_jax.rewrite.modes import caller_tensors
@@ -115,6 +116,7 @@ def _core_aten_table() -> dict:
     # `alias`, which would make a straight-through estimator's gradient zero under jax.grad
     table = torch.export.default_decompositions()
     table.pop(torch.ops.aten.detach.default, None)
+    table.update(UNCHECKED)  # no effect tokens for torch's linalg error checks (checked_linalg.py)
     return table
 
 

@@ -1,10 +1,11 @@
 """Library code that torch.export cannot trace but whose answer never changes the result:
-replaced by an equivalent while a graph is captured."""
+replaced by an equivalent (or given a fake-tensor rule) while a graph is captured."""
 from __future__ import annotations
 
 import contextlib
 from typing import Any, Iterator
 
+import torch
 import torch.nn.modules.transformer as _transformer
 
 
@@ -14,12 +15,39 @@ def _causal_hint(mask: Any, is_causal: bool | None = None, size: int | None = No
     return is_causal is True
 
 
+def _ctc_loss_fake(log_probs: Any, targets: Any, input_lengths: Any, target_lengths: Any, blank: int = 0,
+                   zero_infinity: bool = False) -> tuple[Any, Any]:
+    # torch has no fake rule for ctc_loss, because its second output (log_alpha, read only by
+    # the backward) is 2 * max(target_lengths) + 1 wide. The loss itself has a static shape;
+    # with tensor lengths log_alpha gets the static bound 2 * targets.shape[-1] + 1.
+    batched = log_probs.dim() == 3
+    longest = max(target_lengths, default=0) if isinstance(target_lengths, (list, tuple)) else targets.shape[-1]
+    width = 2 * longest + 1
+    nll = log_probs.new_empty((log_probs.shape[1],) if batched else ())
+    alpha = log_probs.new_empty((log_probs.shape[1], log_probs.shape[0], width) if batched else (log_probs.shape[0], width))
+    return nll, alpha
+
+
+@contextlib.contextmanager
+def _fake_rules() -> Iterator[None]:
+    """Fake-tensor rules for ATen ops torch cannot trace, registered only while capturing."""
+    lib = torch.library.Library("aten", "FRAGMENT")
+    try:
+        for overload in ("aten::_ctc_loss.Tensor", "aten::_ctc_loss"):
+            torch.library.register_fake(overload, _ctc_loss_fake, lib=lib)
+        yield
+    finally:
+        lib._destroy()
+
+
 @contextlib.contextmanager
 def capture_shims() -> Iterator[None]:
-    """While active, `nn.Transformer*` layers do not inspect mask values to choose a kernel."""
+    """While active, `nn.Transformer*` layers do not inspect mask values to choose a kernel,
+    and ctc_loss with tensor lengths can be traced."""
     original = _transformer._detect_is_causal_mask
     _transformer._detect_is_causal_mask = _causal_hint
     try:
-        yield
+        with _fake_rules():
+            yield
     finally:
         _transformer._detect_is_causal_mask = original

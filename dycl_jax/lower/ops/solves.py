@@ -1,0 +1,145 @@
+"""Linear solves and inverses: triangular, Cholesky and LU solves, solve_ex, inv_ex, pinv, matrix_exp."""
+from __future__ import annotations
+
+import jax.numpy as jnp
+from jax import lax
+
+from dycl_jax.lower.ops._util import aten
+from dycl_jax.lower.ops.decompositions import lu_factor, permutation
+from dycl_jax.lower.registry import register
+
+
+def _broadcast_batch(a, b):
+    """a and b with their batch dims (all but the last two) broadcast to one shape, one dtype."""
+    batch = jnp.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    dt = jnp.promote_types(a.dtype, b.dtype)
+    return (jnp.broadcast_to(a, batch + a.shape[-2:]).astype(dt), jnp.broadcast_to(b, batch + b.shape[-2:]).astype(dt))
+
+
+def _h(x):
+    return jnp.conj(jnp.swapaxes(x, -1, -2))
+
+
+@register(aten.linalg_solve_triangular.default)
+def linalg_solve_triangular(a, b, *, upper, left=True, unitriangular=False):
+    a, b = _broadcast_batch(a, b)
+    return lax.linalg.triangular_solve(a, b, left_side=left, lower=not upper, unit_diagonal=unitriangular)
+
+
+@register(aten.triangular_solve.default)
+def triangular_solve(b, a, upper=True, transpose=False, unitriangular=False):
+    """(X, A) with op(A) X = b, op transposing A when asked; A comes back as the clone torch returns."""
+    a, b = _broadcast_batch(a, b)
+    x = lax.linalg.triangular_solve(a, b, left_side=True, lower=not upper, transpose_a=transpose,
+                                    unit_diagonal=unitriangular)
+    return x, a
+
+
+def _cho_solve(low, b):
+    """X with L L^H X = b."""
+    y = lax.linalg.triangular_solve(low, b, left_side=True, lower=True)
+    return lax.linalg.triangular_solve(low, y, left_side=True, lower=True, transpose_a=True, conjugate_a=True)
+
+
+@register(aten.cholesky_solve.default)
+def cholesky_solve(b, factor, upper=False):
+    factor, b = _broadcast_batch(factor, b)
+    return _cho_solve(_h(factor) if upper else factor, b)
+
+
+@register(aten.cholesky_inverse.default)
+def cholesky_inverse(factor, upper=False):
+    eye = jnp.broadcast_to(jnp.eye(factor.shape[-1], dtype=factor.dtype), factor.shape)
+    return _cho_solve(_h(factor) if upper else factor, eye)
+
+
+def _lu_solve(lu, pivots, b, adjoint: bool):
+    """X with A X = b (A^H X = b when adjoint), A given by its LU factors: A[perm] = L U."""
+    lu, b = _broadcast_batch(lu, b)
+    perm = permutation(pivots, lu.shape[-1])
+    if not adjoint:
+        pb = jnp.take_along_axis(b, jnp.broadcast_to(perm[..., None], b.shape), axis=-2)
+        y = lax.linalg.triangular_solve(lu, pb, left_side=True, lower=True, unit_diagonal=True)
+        return lax.linalg.triangular_solve(lu, y, left_side=True, lower=False)
+    # A^H = U^H L^H P^T: solve U^H then L^H, then undo the row permutation
+    y = lax.linalg.triangular_solve(lu, b, left_side=True, lower=False, transpose_a=True, conjugate_a=True)
+    y = lax.linalg.triangular_solve(lu, y, left_side=True, lower=True, unit_diagonal=True, transpose_a=True,
+                                    conjugate_a=True)
+    inv = jnp.argsort(perm, axis=-1)
+    return jnp.take_along_axis(y, jnp.broadcast_to(inv[..., None], y.shape), axis=-2)
+
+
+@register(aten.linalg_lu_solve.default)
+def linalg_lu_solve(lu, pivots, b, *, left=True, adjoint=False):
+    if left:
+        return _lu_solve(lu, pivots, b, adjoint)
+    # X A = B  <=>  A^H X^H = B^H
+    return _h(_lu_solve(lu, pivots, _h(b), not adjoint))
+
+
+@register(aten._linalg_solve_ex.default)
+def linalg_solve_ex(a, b, *, left=True, check_errors=False):
+    # B is a batch of vectors when it is 1-D or has A's shape without the last dim (torch's rule)
+    vector = b.ndim == 1 or (b.ndim == a.ndim - 1 and b.shape == a.shape[:-1])
+    bm = b[..., None] if vector else b
+    lu, pivots = lu_factor(a)
+    if left:
+        x = _lu_solve(lu, pivots, bm, False)
+    else:
+        x = _h(_lu_solve(lu, pivots, _h(bm), True))
+    info = jnp.zeros(a.shape[:-2], jnp.int32)
+    return (x[..., 0] if vector else x), lu, pivots, info
+
+
+@register(aten.linalg_inv_ex.default)
+def linalg_inv_ex(a, *, check_errors=False):
+    return jnp.linalg.inv(a), jnp.zeros(a.shape[:-2], jnp.int32)
+
+
+@register(aten.linalg_pinv.atol_rtol_tensor)
+def linalg_pinv(a, *, atol=None, rtol=None, hermitian=False):
+    """The pseudo-inverse, dropping singular values at or below max(atol, rtol * largest)."""
+    m, n = a.shape[-2:]
+    if hermitian:
+        # torch reads only the lower triangle, through eigh: the singular values are |w|
+        w, v = jnp.linalg.eigh(a, UPLO="L", symmetrize_input=False)
+        order = jnp.argsort(-jnp.abs(w), axis=-1)
+        s = jnp.take_along_axis(jnp.abs(w), order, axis=-1)
+        u = jnp.take_along_axis(v, jnp.broadcast_to(order[..., None, :], v.shape), axis=-1)
+        vh = _h(u * jnp.sign(jnp.take_along_axis(w, order, axis=-1))[..., None, :])
+    else:
+        u, s, vh = jnp.linalg.svd(a, full_matrices=False)
+    real = s.dtype
+    if rtol is None:
+        # torch: rtol defaults to eps * max(m, n), or to 0 when a positive atol is given
+        default = jnp.asarray(jnp.finfo(real).eps * max(m, n), real)
+        rtol = default if atol is None else jnp.where(jnp.asarray(atol) > 0, 0, default)
+    atol = jnp.zeros((), real) if atol is None else jnp.asarray(atol, real)
+    smax = s[..., :1] if s.shape[-1] else jnp.zeros(s.shape[:-1] + (1,), real)
+    cutoff = jnp.maximum(atol[..., None], jnp.asarray(rtol, real)[..., None] * smax)
+    keep = s > cutoff
+    s_inv = jnp.where(keep, 1 / jnp.where(keep, s, 1), 0).astype(a.dtype)
+    return jnp.matmul(_h(vh) * s_inv[..., None, :], _h(u))
+
+
+# torch's float32 bound on the 1-norm for its degree-18 Taylor approximant
+_THETA_18 = 3.010066362817634
+
+
+@register(aten.linalg_matrix_exp.default)
+def linalg_matrix_exp(a):
+    """exp(A) by torch's scheme: scale by 2**-s so the 1-norm is below theta_18, take the degree-18
+    Taylor polynomial, square s times. (XLA's Pade approximant differs by up to 1e-3 in float32.)"""
+    norm = jnp.abs(a).sum(-2).max(-1)  # the operator 1-norm: the largest column sum
+    s = jnp.maximum(0, jnp.ceil(jnp.log2(jnp.maximum(norm, 1e-30) / _THETA_18))).astype(jnp.int32)
+    scaled = a / jnp.exp2(s.astype(a.real.dtype)).astype(a.dtype)[..., None, None]
+    eye = jnp.broadcast_to(jnp.eye(a.shape[-1], dtype=a.dtype), a.shape)
+    p = eye
+    for k in range(18, 0, -1):  # Horner: I + A/k (I + A/(k+1) (...))
+        p = eye + jnp.matmul(scaled, p) / k
+
+    def square(state):
+        i, x = state
+        return i + 1, jnp.where((i < s)[..., None, None], jnp.matmul(x, x), x)
+
+    return lax.while_loop(lambda st: st[0] < s.max(initial=0), square, (jnp.zeros((), jnp.int32), p))[1]
