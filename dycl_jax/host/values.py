@@ -106,8 +106,17 @@ def has_closures(leaves: list) -> bool:
 
 
 def has_tensors(leaves: list) -> bool:
-    """Whether any leaf is a torch tensor (one distinct type at a time: leaves repeat types)."""
-    return any(issubclass(t, torch.Tensor) for t in set(map(type, leaves)))
+    """Whether any leaf is a torch tensor (by type, remembered: leaves repeat a few types)."""
+    for t in set(map(type, leaves)):
+        verdict = _TENSOR_TYPE.get(t)
+        if verdict is None:
+            verdict = _TENSOR_TYPE[t] = issubclass(t, torch.Tensor)
+        if verdict:
+            return True
+    return False
+
+
+_TENSOR_TYPE: dict[type, bool] = {}
 
 
 def to_jax(v: Any) -> Any:

@@ -14,7 +14,7 @@ import copy
 import dataclasses
 from collections import Counter
 
-from dycl_jax.analysis.scopes import access, function_locals, param_names
+from dycl_jax.analysis.scopes import Access, access, function_locals, param_names
 from dycl_jax.rewrite.converters.logical import _Logical, truth
 from dycl_jax.rewrite.regions import RegionSpec, StatementSpec
 from dycl_jax.rewrite.templates import (OPS, SITES, Context, const, function, locate, name, op_call, set_name, tuple_of,
@@ -83,12 +83,38 @@ def _tail_start(stmts: list[ast.stmt]) -> int | None:
     return k if inner else None
 
 
+def _first_writes(scope: ast.FunctionDef) -> dict[str, int]:
+    """The first line on which each name may be bound (nested scopes included: a smaller line
+    only keeps a name an island input)."""
+    first: dict[str, int] = {}
+
+    def note(n: str, line: int) -> None:
+        first[n] = min(first.get(n, line), line)
+
+    for node in ast.walk(scope):
+        if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+            note(node.id, node.lineno)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node is not scope:
+            note(node.name, node.lineno)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            for a in node.names:
+                note((a.asname or a.name).split(".")[0], node.lineno)
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            note(node.name, node.lineno)
+        elif isinstance(node, (ast.MatchAs, ast.MatchStar)) and node.name:
+            note(node.name, node.lineno)
+        elif isinstance(node, ast.MatchMapping) and node.rest:
+            note(node.rest, node.lineno)
+    return first
+
+
 class _Splitter:
     def __init__(self, scope: ast.FunctionDef, ctx: Context) -> None:
         self.ctx = ctx
         self.locals = set(function_locals(scope))
         self.params = param_names(scope)
         self.reads = Counter(_loads(scope))
+        self.first_write = _first_writes(scope)
         self.loops = 0  # host loops around the block being split: a later iteration may read a name again
 
     # ------------------------------------------------------------ statements
@@ -136,17 +162,26 @@ class _Splitter:
         flush()
         return out
 
-    def _island(self, run: list[ast.stmt], forced: tuple[str, ...]) -> list[ast.stmt]:
-        """Try `run` as one staged program (its staged rewrite, compiled per signature); when it
-        does not stage, its host version (control flow in Python, regions between) runs instead."""
-        acc = access(*run)
-        # written names go in too (a path may leave them unassigned), except generated temps,
-        # which exist only once assigned
+    def _island_ins(self, run: list[ast.stmt], acc: Access) -> list[str]:
+        """An island's inputs: what it reads, and what it writes (a path may leave a name
+        unassigned), except generated temps, which exist only once assigned, and written names
+        no statement before the island can have assigned (outside host loops): those are always
+        unassigned there, and an argument costs time on every call."""
         written = {n for n in acc.writes if not n.startswith("_dycl_")}
         # a generated loop counter (counted_while.py) is assigned before every read of it
         counters = {n.target.id for x in run for n in ast.walk(x)
                     if isinstance(n, ast.For) and isinstance(n.target, ast.Name) and n.target.id.startswith("_dycl_")}
-        ins = sorted(((acc.reads | acc.mutates | written) & self.locals) - counters)
+        if not self.loops:
+            start = run[0].lineno
+            # (one it reads before assigning fails to stage, and the host version then fails as Python does)
+            counters |= {n for n in written - self.params if self.first_write.get(n, 0) >= start}
+        return sorted(((acc.reads | acc.mutates | written) & self.locals) - counters)
+
+    def _island(self, run: list[ast.stmt], forced: tuple[str, ...]) -> list[ast.stmt]:
+        """Try `run` as one staged program (its staged rewrite, compiled per signature); when it
+        does not stage, its host version (control flow in Python, regions between) runs instead."""
+        acc = access(*run)
+        ins = self._island_ins(run, acc)
         inside = Counter(n for x in run for n in _loads(x))
         elsewhere = {n for n, c in self.reads.items() if c > inside.get(n, 0)}
         # a name read inside the run is needed again only if a host loop repeats the run
@@ -180,11 +215,7 @@ class _Splitter:
     def _tail_island(self, run: list[ast.stmt]) -> list[ast.stmt]:
         """`run` ends the function: staged whole, returns included, its result is the function's
         (`return island(...)[0]`); when it does not stage, its host version runs instead."""
-        acc = access(*run)
-        written = {n for n in acc.writes if not n.startswith("_dycl_")}
-        counters = {n.target.id for x in run for n in ast.walk(x)
-                    if isinstance(n, ast.For) and isinstance(n.target, ast.Name) and n.target.id.startswith("_dycl_")}
-        ins = sorted(((acc.reads | acc.mutates | written) & self.locals) - counters)
+        ins = self._island_ins(run, access(*run))
         fn_name, wrapper, ret = self.ctx.fresh("island"), self.ctx.fresh("tail"), self.ctx.fresh("ret")
         island = locate(function(fn_name, ins, copy.deepcopy(run), None), run[0])
         _stage(island, self.ctx)
