@@ -1,6 +1,6 @@
 """Latency of torch eager vs the converted JAX model for every example, on one CPU core.
 
-    python scripts/bench.py [--dynn [--no-static]] [--only NAME] [--runs N] [--warmup K] [--json OUT]
+    python scripts/bench.py [--dynn [--no-static] [--no-dispatch-models]] [--only NAME] [--runs N] [--warmup K] [--json OUT]
 
 Static examples (examples/*.py) run at batch 1 and 32. With --dynn the dynamic-network
 examples (examples/dynn) run at batch 1, cycling over their `inputs(n)`: those that stage
@@ -488,6 +488,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dynn", action="store_true", help="also the dynamic-network examples in examples/dynn")
     p.add_argument("--no-static", action="store_true", help="skip the static examples (examples/*.py)")
     p.add_argument("--only", metavar="NAME", help="only the example with this file stem")
+    p.add_argument("--no-dispatch-models", action="store_true",
+                   help="skip the DyNN examples that need the dispatch host (keeps the dispatch/staged comparison)")
     p.add_argument("--runs", type=int, default=50, help="timed paired runs per row (default 50)")
     p.add_argument("--warmup", type=int, default=5, help="untimed paired runs first (default 5)")
     p.add_argument("--cases", type=int, default=16, help="inputs(n) per DyNN example (default 16)")
@@ -504,6 +506,8 @@ def main(argv: list[str] | None = None) -> int:
     entries = discover(ns.dynn, ns.only) + [Entry(Path(f).stem, "static", Path(f)) for f in ns.file]
     if ns.no_static:
         entries = [e for e in entries if e.kind != "static"]
+    if ns.no_dispatch_models:
+        entries = [e for e in entries if e.kind != "dispatch"]
     if not entries:
         console.print("no example models found" + (f" named {ns.only}" if ns.only else ""))
         return 2

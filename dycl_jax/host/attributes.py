@@ -3,12 +3,14 @@ under the dispatch host they are state flowing between regions, so every region 
 extra inputs and gives them back as extra outputs instead of baking in a trace-time value."""
 from __future__ import annotations
 
+import operator
+from itertools import chain
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 _SKIP = {"training"}
-Snapshot = list[tuple[dict, str, Any, Any]]  # (module __dict__, key, value, copy of a list/dict's items)
 
 
 def _watched(key: str) -> bool:
@@ -33,10 +35,32 @@ def _same(now: Any, v: Any, copy: Any) -> bool:
     if now is not v:  # export re-creates some config values (conv `stride` tuples): equal is unchanged
         return type(now) is type(v) and _plain(now) and _plain(v) and now == v
     if isinstance(copy, list):
-        return len(now) == len(copy) and all(a is b for a, b in zip(now, copy))
+        return len(now) == len(copy) and all(map(operator.is_, now, copy))
     if isinstance(copy, dict):
         return now.keys() == copy.keys() and all(now[k] is copy[k] for k in copy)
     return True
+
+
+def _identical(a: tuple, b: tuple) -> bool:
+    return len(a) == len(b) and all(map(operator.is_, a, b))
+
+
+@dataclass
+class Snapshot:
+    """Every module `__dict__` at one moment: keys and values (compared by identity), and copies
+    of the items of the watched list/dict values, whose contents the program may change."""
+
+    keys: list[tuple]  # per module dict, its keys
+    vals: tuple  # all dicts' values, concatenated in the order of `keys`
+    boxes: list[tuple[dict, str, Any, Any]]  # (dict, key, list or dict, copy of its items)
+
+    def per_dict(self) -> list[tuple[tuple, tuple]]:
+        """(keys, values) of each module dict."""
+        out, i = [], 0
+        for keys in self.keys:
+            out.append((keys, self.vals[i:i + len(keys)]))
+            i += len(keys)
+        return out
 
 
 class DynamicAttributes:
@@ -44,34 +68,56 @@ class DynamicAttributes:
 
     def __init__(self, root: torch.nn.Module):
         self.modules = list(root.modules())
+        self._dicts = [m.__dict__ for m in self.modules]
+        self._boxes: tuple[tuple, list[tuple[dict, str, Any]]] | None = None  # (all values, watched containers)
         self.slots: list[tuple[dict, str]] = []
         self.original: list[Any] = []  # each slot's value before the program first wrote it
 
+    def _now(self) -> tuple[list[tuple], tuple]:
+        return list(map(tuple, self._dicts)), tuple(chain.from_iterable(map(dict.values, self._dicts)))
+
     def snapshot(self) -> Snapshot:
-        return [(m.__dict__, k, v, _copy(v)) for m in self.modules for k, v in m.__dict__.items() if _watched(k)]
+        # taken around every host statement, so the common case (no module dict changed) runs
+        # in C: which values are watched containers is remembered while all values stay the same
+        keys, vals = self._now()
+        if self._boxes is None or not _identical(self._boxes[0], vals):
+            self._boxes = (vals, [(d, k, v) for d in self._dicts for k, v in d.items()
+                                  if type(v) in (list, dict) and _watched(k)])
+        return Snapshot(keys, vals, [(d, k, v, _copy(v)) for d, k, v in self._boxes[1]])
+
+    def _untouched(self, before: Snapshot) -> bool:
+        """No key added, removed or rebound in any module dict since `before` (contents not checked)."""
+        keys, vals = self._now()
+        return keys == before.keys and _identical(vals, before.vals)
 
     def changed(self, before: Snapshot) -> list[tuple[dict, str, Any]]:
         """(dict, key, value before) of every attribute written since `before`."""
-        out = [(d, k, v) for d, k, v, copy in before if not _same(d.get(k), v, copy)]
-        known = {(id(d), k) for d, k, _, _ in before}
-        for m in self.modules:
-            d = m.__dict__
-            out += [(d, k, None) for k in d if _watched(k) and (id(d), k) not in known]
+        if self._untouched(before):
+            return [(d, k, v) for d, k, v, copy in before.boxes if not _same(v, v, copy)]
+        copies = {(id(d), k): copy for d, k, _, copy in before.boxes}
+        out: list[tuple[dict, str, Any]] = []
+        for d, (keys, vals) in zip(self._dicts, before.per_dict()):
+            out += [(d, k, v) for k, v in zip(keys, vals)
+                    if _watched(k) and not _same(d.get(k), v, copies.get((id(d), k)))]
+            known = set(keys)
+            out += [(d, k, None) for k in d if _watched(k) and k not in known]
         return out
 
     def restore(self, before: Snapshot) -> None:
-        known = {(id(d), k) for d, k, _, _ in before}
-        for d, k, v, copy in before:
-            d[k] = v
+        if not self._untouched(before):
+            for d, (keys, vals) in zip(self._dicts, before.per_dict()):
+                known = set(keys)
+                for k in [k for k in d if _watched(k) and k not in known]:
+                    del d[k]
+                for k, v in zip(keys, vals):
+                    if _watched(k):
+                        d[k] = v
+        for _, _, v, copy in before.boxes:
             if isinstance(copy, list):
                 v[:] = copy
-            elif isinstance(copy, dict):
+            else:
                 v.clear()
                 v.update(copy)
-        for m in self.modules:
-            d = m.__dict__
-            for k in [k for k in d if _watched(k) and (id(d), k) not in known]:
-                del d[k]
 
     def register(self, changes: list[tuple[dict, str, Any]]) -> bool:
         """Make the changed attributes slots; True if any is new."""

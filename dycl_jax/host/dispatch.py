@@ -42,13 +42,40 @@ from dycl_jax.rewrite.regions import NOT_STAGED, RegionSpec, executing, run_stat
 _IN_TORCH: contextvars.ContextVar[bool] = contextvars.ContextVar("dycl_in_torch", default=False)
 
 
-@contextlib.contextmanager
-def _land(in_torch: bool) -> Iterator[None]:
-    token = _IN_TORCH.set(in_torch)
-    try:
-        yield
-    finally:
-        _IN_TORCH.reset(token)
+class _land:
+    """Sets `_IN_TORCH` for the duration (a class: entered around every host statement)."""
+
+    __slots__ = ("in_torch", "token")
+
+    def __init__(self, in_torch: bool) -> None:
+        self.in_torch = in_torch
+
+    def __enter__(self) -> None:
+        self.token = _IN_TORCH.set(self.in_torch)
+
+    def __exit__(self, *exc: object) -> None:
+        _IN_TORCH.reset(self.token)
+
+
+class _GradOn:
+    """Grad mode on and inference mode off for the duration, each only where it is not already:
+    `torch.inference_mode(False)` / `torch.enable_grad()` cost microseconds per call even then."""
+
+    __slots__ = ("inference", "grad")
+
+    def __enter__(self) -> None:
+        self.inference = torch.inference_mode(False) if torch.is_inference_mode_enabled() else None
+        if self.inference is not None:
+            self.inference.__enter__()
+        self.grad = torch.is_grad_enabled()
+        if not self.grad:
+            torch._C._set_grad_enabled(True)
+
+    def __exit__(self, *exc: object) -> None:
+        if not self.grad:
+            torch._C._set_grad_enabled(False)
+        if self.inference is not None:
+            self.inference.__exit__(None, None, None)
 
 
 def _passthrough(placeholders: list, used: list[int], n_state: int, gm: Any) -> Callable:
@@ -98,7 +125,10 @@ class Compiled:
             inputs = self._state_inputs(state)
         else:
             inputs = [state[v] if is_state else v for is_state, v in self.sources]
-        with int_scope(self.x64):
+        if self.x64:
+            with int_scope(True):
+                outs = self.fn(inputs, self._tensors(leaves))
+        else:
             outs = self.fn(inputs, self._tensors(leaves))
         if self.no_grad:  # as in torch, no gradient flows out of a no_grad block
             outs = [jax.lax.stop_gradient(o) for o in outs]
@@ -168,6 +198,8 @@ class DispatchHost:
         self.plan = plan
         self.path_index = {p: i for i, p in enumerate(paths)}
         self.arg_leaves, self.in_spec, self.tensor_index = arg_leaves, in_spec, tensor_index
+        # the usual call, f(a, b), needs no pytree rebuilding of its arguments
+        self._flat_args = in_spec == pytree.tree_structure(tuple(range(len(arg_leaves))))
         self.bindings = [DispatchPlan.bind(t, self._entry(fn)) for t, fn in plan.dispatch]
         self.regions: dict[int, RegionState] = {}
         self.executables: dict[str, Callable] = {}  # graph fingerprint -> shared jitted program
@@ -186,7 +218,7 @@ class DispatchHost:
             # inputs become (or stay) numpy: jitted regions take them directly, as the staged host
             # does, while a device_put first would cost tens of µs per input
             leaves[i] = values.to_host(t) if isinstance(t, torch.Tensor) else t
-        args = pytree.tree_unflatten(leaves, self.in_spec)
+        args = tuple(leaves) if self._flat_args else pytree.tree_unflatten(leaves, self.in_spec)
         previous, self._state = self._state, state
         previous_ids, self._arg_ids = self._arg_ids, frozenset(id(leaves[i]) for i in self.tensor_index)
         training = self.root.training
@@ -196,8 +228,7 @@ class DispatchHost:
             # grad mode on, so that the user's own `with torch.no_grad():` blocks are seen by the
             # regions inside them (their outputs get lax.stop_gradient); host statements run without it
             # (and out of inference mode, whose tensors have no version counter to check updates with)
-            with executing(self), _land(False), patched(self.bindings), torch.inference_mode(False), \
-                    torch.enable_grad():
+            with executing(self), _land(False), patched(self.bindings), _GradOn():
                 return getattr(self.root, self.method)(*args)
         finally:
             self._state, self._arg_ids = previous, previous_ids
@@ -272,7 +303,8 @@ class DispatchHost:
         leaves, tree = jax.tree_util.tree_flatten((vals, attrs))
         if values.has_closures(leaves):  # what nested functions close over becomes region input
             leaves, tree = jax.tree_util.tree_flatten(jax.tree_util.tree_map(values.open_closures, (vals, attrs)))
-        leaves = [values.to_jax(v) if isinstance(v, torch.Tensor) else v for v in leaves]
+        if values.has_tensors(leaves):
+            leaves = [values.to_jax(v) if isinstance(v, torch.Tensor) else v for v in leaves]
         key = (tree, tuple(map(leaf_key, leaves)), torch.is_grad_enabled())
         entry = part.cache.get(key)
         if isinstance(entry, Compiled):

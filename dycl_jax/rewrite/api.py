@@ -242,18 +242,28 @@ def rewrite_function(fn: Any, upto: str | None = None, dispatch: bool = False) -
 Binding = tuple[Any, str, Any]  # (owner, attribute, value to set on the instance)
 
 
-@contextlib.contextmanager
-def patched(bindings: list[Binding]) -> Iterator[None]:
-    """Set instance attributes (methods) for the duration; restored on exit, innermost first."""
-    saved = []
-    try:
-        for owner, attr, value in bindings:
-            d = owner.__dict__
-            saved.append((d, attr, attr in d, d.get(attr)))
-            d[attr] = value
-        yield
-    finally:
-        for d, attr, had, old in reversed(saved):
+class patched:
+    """Set instance attributes (methods) for the duration; restored on exit, innermost first.
+    A class, not a generator: the dispatch host enters it on every call."""
+
+    __slots__ = ("bindings", "saved")
+
+    def __init__(self, bindings: list[Binding]) -> None:
+        self.bindings = bindings
+
+    def __enter__(self) -> None:
+        self.saved: list[tuple[dict, str, bool, Any]] = []
+        try:
+            for owner, attr, value in self.bindings:
+                d = owner.__dict__
+                self.saved.append((d, attr, attr in d, d.get(attr)))
+                d[attr] = value
+        except BaseException:
+            self.__exit__()
+            raise
+
+    def __exit__(self, *exc: object) -> None:
+        for d, attr, had, old in reversed(self.saved):
             if had:
                 d[attr] = old
             else:

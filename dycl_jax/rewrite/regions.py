@@ -35,10 +35,12 @@ class RegionSpec:
     ins: tuple[str, ...]
     outs: tuple[str, ...]
     kind: str = "region"
+    tail: bool = False  # an island that ends the function: its result is the function's
 
     @property
     def label(self) -> str:
-        return f"{self.kind}@{os.path.basename(self.file)}:{self.line}"
+        # a tail island's host version may hold an island starting on the same line
+        return f"{'tail island' if self.tail else self.kind}@{os.path.basename(self.file)}:{self.line}"
 
     @property
     def location(self) -> Location:
@@ -64,14 +66,20 @@ _EXECUTOR: contextvars.ContextVar[Executor | None] = contextvars.ContextVar("dyc
 _DECISIONS: contextvars.ContextVar[list | None] = contextvars.ContextVar("dycl_host_decisions", default=None)
 
 
-@contextlib.contextmanager
-def executing(executor: Executor | None) -> Iterator[None]:
-    """Regions run through `executor` while active (None: plain Python, e.g. inside a host statement)."""
-    token = _EXECUTOR.set(executor)
-    try:
-        yield
-    finally:
-        _EXECUTOR.reset(token)
+class executing:
+    """Regions run through `executor` while active (None: plain Python, e.g. inside a host
+    statement). A class, not a generator: the dispatch host enters it on every call."""
+
+    __slots__ = ("executor", "token")
+
+    def __init__(self, executor: Executor | None) -> None:
+        self.executor = executor
+
+    def __enter__(self) -> None:
+        self.token = _EXECUTOR.set(self.executor)
+
+    def __exit__(self, *exc: object) -> None:
+        _EXECUTOR.reset(self.token)
 
 
 @contextlib.contextmanager

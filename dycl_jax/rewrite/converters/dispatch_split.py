@@ -14,7 +14,7 @@ import copy
 import dataclasses
 from collections import Counter
 
-from dycl_jax.analysis.scopes import access, function_locals, param_names
+from dycl_jax.analysis.scopes import Access, access, function_locals, param_names
 from dycl_jax.rewrite.converters.logical import _Logical, truth
 from dycl_jax.rewrite.regions import RegionSpec, StatementSpec
 from dycl_jax.rewrite.templates import (OPS, SITES, Context, const, function, locate, name, op_call, set_name, tuple_of,
@@ -43,21 +43,69 @@ def _table(index: int) -> ast.Subscript:
 
 _BLOCKERS = (ast.Return, ast.Yield, ast.YieldFrom, ast.Await, ast.Global, ast.Nonlocal, ast.Try, ast.Delete,
              ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda, ast.With, ast.Raise)
+_TAIL_BLOCKERS = _BLOCKERS[1:]  # a tail island ends the function: its returns are its result
 
 
-def _stageable(s: ast.stmt) -> bool:
+def _stageable(s: ast.stmt, returns: bool = False) -> bool:
     """A compound statement that may run as one staged program: nothing leaves it early
-    (no return; break/continue only of loops inside it) and nothing the staged rewrite lacks."""
+    (no return, unless `returns`; break/continue only of loops inside it) and nothing the
+    staged rewrite lacks."""
     if not isinstance(s, (ast.If, ast.For, ast.While)) or isinstance(s, ast.For) and s.orelse:
         return False
+    blockers = _TAIL_BLOCKERS if returns else _BLOCKERS
 
     def ok(node: ast.AST, loops: int) -> bool:
-        if isinstance(node, _BLOCKERS) or isinstance(node, (ast.Break, ast.Continue)) and loops == 0:
+        if isinstance(node, blockers) or isinstance(node, (ast.Break, ast.Continue)) and loops == 0:
             return False
         inner = loops + isinstance(node, (ast.For, ast.While))
         return all(ok(c, inner) for c in ast.iter_child_nodes(node))
 
     return all(ok(c, isinstance(s, (ast.For, ast.While))) for c in ast.iter_child_nodes(s))
+
+
+def _simple(s: ast.stmt) -> bool:
+    """A statement a region can hold."""
+    return isinstance(s, _SIMPLE) and not (isinstance(s, ast.AnnAssign) and s.value is None) \
+        and not _has_scope_value(s)
+
+
+def _tail_start(stmts: list[ast.stmt]) -> int | None:
+    """Where the function's tail island starts: the longest suffix of the body that could stage
+    with its returns (the staged rewrite makes them one exit), if it ends in `return value` and
+    holds a return inside a construct (without one, `block`'s islands already cover the tail)."""
+    if not stmts or not isinstance(stmts[-1], ast.Return) or stmts[-1].value is None:
+        return None
+    k = len(stmts)
+    while k > 0 and (_simple(stmts[k - 1]) or isinstance(stmts[k - 1], ast.Return) or
+                     _stageable(stmts[k - 1], returns=True)):
+        k -= 1
+    inner = any(isinstance(n, ast.Return) for s in stmts[k:] if not isinstance(s, ast.Return) for n in ast.walk(s))
+    return k if inner else None
+
+
+def _first_writes(scope: ast.FunctionDef) -> dict[str, int]:
+    """The first line on which each name may be bound (nested scopes included: a smaller line
+    only keeps a name an island input)."""
+    first: dict[str, int] = {}
+
+    def note(n: str, line: int) -> None:
+        first[n] = min(first.get(n, line), line)
+
+    for node in ast.walk(scope):
+        if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+            note(node.id, node.lineno)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node is not scope:
+            note(node.name, node.lineno)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            for a in node.names:
+                note((a.asname or a.name).split(".")[0], node.lineno)
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            note(node.name, node.lineno)
+        elif isinstance(node, (ast.MatchAs, ast.MatchStar)) and node.name:
+            note(node.name, node.lineno)
+        elif isinstance(node, ast.MatchMapping) and node.rest:
+            note(node.rest, node.lineno)
+    return first
 
 
 class _Splitter:
@@ -66,6 +114,7 @@ class _Splitter:
         self.locals = set(function_locals(scope))
         self.params = param_names(scope)
         self.reads = Counter(_loads(scope))
+        self.first_write = _first_writes(scope)
         self.loops = 0  # host loops around the block being split: a later iteration may read a name again
 
     # ------------------------------------------------------------ statements
@@ -85,8 +134,7 @@ class _Splitter:
         for s in stmts:
             if islands and _stageable(s):
                 run.append(s)
-            elif isinstance(s, _SIMPLE) and not (isinstance(s, ast.AnnAssign) and s.value is None) \
-                    and not _has_scope_value(s):
+            elif _simple(s):
                 run.append(s)
             elif isinstance(s, ast.Return) and s.value is not None:
                 tmp = self._temp("ret", s, s.value, run)
@@ -114,17 +162,26 @@ class _Splitter:
         flush()
         return out
 
-    def _island(self, run: list[ast.stmt], forced: tuple[str, ...]) -> list[ast.stmt]:
-        """Try `run` as one staged program (its staged rewrite, compiled per signature); when it
-        does not stage, its host version (control flow in Python, regions between) runs instead."""
-        acc = access(*run)
-        # written names go in too (a path may leave them unassigned), except generated temps,
-        # which exist only once assigned
+    def _island_ins(self, run: list[ast.stmt], acc: Access) -> list[str]:
+        """An island's inputs: what it reads, and what it writes (a path may leave a name
+        unassigned), except generated temps, which exist only once assigned, and written names
+        no statement before the island can have assigned (outside host loops): those are always
+        unassigned there, and an argument costs time on every call."""
         written = {n for n in acc.writes if not n.startswith("_dycl_")}
         # a generated loop counter (counted_while.py) is assigned before every read of it
         counters = {n.target.id for x in run for n in ast.walk(x)
                     if isinstance(n, ast.For) and isinstance(n.target, ast.Name) and n.target.id.startswith("_dycl_")}
-        ins = sorted(((acc.reads | acc.mutates | written) & self.locals) - counters)
+        if not self.loops:
+            start = run[0].lineno
+            # (one it reads before assigning fails to stage, and the host version then fails as Python does)
+            counters |= {n for n in written - self.params if self.first_write.get(n, 0) >= start}
+        return sorted(((acc.reads | acc.mutates | written) & self.locals) - counters)
+
+    def _island(self, run: list[ast.stmt], forced: tuple[str, ...]) -> list[ast.stmt]:
+        """Try `run` as one staged program (its staged rewrite, compiled per signature); when it
+        does not stage, its host version (control flow in Python, regions between) runs instead."""
+        acc = access(*run)
+        ins = self._island_ins(run, acc)
         inside = Counter(n for x in run for n in _loads(x))
         elsewhere = {n for n, c in self.reads.items() if c > inside.get(n, 0)}
         # a name read inside the run is needed again only if a host loop repeats the run
@@ -147,6 +204,37 @@ class _Splitter:
         test = ast.Compare(left=name(result), ops=[ast.Is()],
                            comparators=[ast.Attribute(value=name(OPS), attr="NOT_STAGED", ctx=ast.Load())])
         return locate([island, call, ast.If(test=test, body=host or [ast.Pass()], orelse=unpack)], run[0])
+
+    def function_body(self, stmts: list[ast.stmt]) -> list[ast.stmt]:
+        """The host version of the function's body, its tail (see `_tail_start`) tried as one island."""
+        k = _tail_start(stmts)
+        if k is None:
+            return self.block(stmts)
+        return self.block(stmts[:k]) + self._tail_island(stmts[k:])
+
+    def _tail_island(self, run: list[ast.stmt]) -> list[ast.stmt]:
+        """`run` ends the function: staged whole, returns included, its result is the function's
+        (`return island(...)[0]`); when it does not stage, its host version runs instead."""
+        ins = self._island_ins(run, access(*run))
+        fn_name, wrapper, ret = self.ctx.fresh("island"), self.ctx.fresh("tail"), self.ctx.fresh("ret")
+        island = locate(function(fn_name, ins, copy.deepcopy(run), None), run[0])
+        _stage(island, self.ctx)
+        # regions return tuples of their outputs: the wrapper gives the island's result as one
+        call = ast.Call(func=name(fn_name), args=[name(n) for n in ins], keywords=[])
+        outer = locate(function(wrapper, ins, [ast.Return(value=ast.Tuple(elts=[call], ctx=ast.Load()))], None), run[0])
+        site = len(self.ctx.sites)
+        first = run[0].lineno
+        self.ctx.sites.append(RegionSpec(self.ctx.src.file, first,  # type: ignore[arg-type]
+                                         (StatementSpec(wrapper, tuple(ins), (ret,), first, self.ctx.code(first)),),
+                                         tuple(ins), (ret,), "island", tail=True))
+        result = self.ctx.fresh("staged")
+        self.locals.add(result)
+        staged_call = set_name(result, op_call("island", _table(site), name(wrapper), tuple_of(ins)))
+        host = self.block(run)
+        test = ast.Compare(left=name(result), ops=[ast.Is()],
+                           comparators=[ast.Attribute(value=name(OPS), attr="NOT_STAGED", ctx=ast.Load())])
+        done = ast.Return(value=ast.Subscript(value=name(result), slice=const(0), ctx=ast.Load()))
+        return locate([island, outer, staged_call, ast.If(test=test, body=host or [ast.Pass()], orelse=[done])], run[0])
 
     def _host(self, s: ast.stmt) -> ast.stmt:
         """A statement that runs on the host as written; compound ones get split bodies."""
@@ -268,7 +356,7 @@ def convert(scope: ast.FunctionDef, ctx: Context) -> None:
     if scope is not ctx.src.tree:
         return  # nested user functions run as written, inside units or on the host
     params = param_names(scope)
-    body = _Splitter(scope, ctx).block(scope.body)
+    body = _Splitter(scope, ctx).function_body(scope.body)
     # regions take their inputs as arguments: a name still unassigned on this path (read only
     # behind a short-circuit, say) is passed as an Undefined that fails only if it is used
     unset = sorted(n for n in function_locals(scope) - params if not n.startswith("_dycl_"))
