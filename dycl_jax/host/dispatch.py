@@ -35,7 +35,8 @@ from dycl_jax.lower.interpreter import LoweredGraph
 from dycl_jax.rewrite import lifting
 from dycl_jax.rewrite.api import DispatchPlan, patched
 from dycl_jax.rewrite.modes import exclusive, staging
-from dycl_jax.rewrite.regions import NOT_STAGED, RegionSpec, executing, run_statements
+from dycl_jax.rewrite.regions import (NOT_STAGED, RegionSpec, executing, note_margin, recording_margins,
+                                      run_statements)
 
 # True while a host statement runs in torch: a dispatch-rewritten method called from there
 # converts its tensor arguments to JAX and its results back.
@@ -85,6 +86,7 @@ class Compiled:
     passed: list[int | None] | None = None  # per output leaf: the input leaf it returns unchanged
     no_grad: bool = False  # captured inside the user's `with torch.no_grad():`
     x64: bool = False  # runs in JAX's 64-bit scope (int64 values that may leave int32)
+    margins: Callable | None = None  # fn also returning each predicate output's margin (jm.trace)
 
     def __post_init__(self) -> None:
         # the per-call gathers run in C (itemgetter): islands take every parameter they read
@@ -99,7 +101,13 @@ class Compiled:
         else:
             inputs = [state[v] if is_state else v for is_state, v in self.sources]
         with int_scope(self.x64):
-            outs = self.fn(inputs, self._tensors(leaves))
+            if self.margins is not None and recording_margins():
+                outs, margins = self.margins(inputs, self._tensors(leaves))
+                for o, m in zip(outs, margins):
+                    if m is not None:
+                        note_margin(o, float(m))
+            else:
+                outs = self.fn(inputs, self._tensors(leaves))
         if self.no_grad:  # as in torch, no gradient flows out of a no_grad block
             outs = [jax.lax.stop_gradient(o) for o in outs]
         if self._all_outputs:
@@ -172,6 +180,7 @@ class DispatchHost:
         self.regions: dict[int, RegionState] = {}
         self.executables: dict[str, Callable] = {}  # graph fingerprint -> shared jitted program
         self.graphs: dict[str, LoweredGraph] = {}  # graph fingerprint -> its lowered graph (for the report)
+        self.margin_programs: dict[str, Callable] = {}  # the same, also returning predicate margins
         self.captures = 0
         self.attrs = DynamicAttributes(root)
         self._state: Sequence[Any] = ()
@@ -401,13 +410,15 @@ class DispatchHost:
         elif fn is None:
             graph = self.graphs[graph_fp] = LoweredGraph.build(gm, name=spec.label)
 
-            def run(state: list, tensors: list, graph: LoweredGraph = graph, used: list = used) -> tuple:
+            def run(state: list, tensors: list, call: Callable = graph, used: list = used) -> tuple:
                 full: list[Any] = [None] * n_state
                 for i, v in zip(used, state):
                     full[i] = v
-                return graph(*full, *tensors)
+                return call(*full, *tensors)
 
             fn = self.executables[graph_fp] = jax.jit(run)
+            # the same, also returning each predicate output's margin: compiled only if jm.trace runs
+            self.margin_programs[graph_fp] = jax.jit(functools.partial(run, call=graph.with_margins))
         sources: list[tuple[bool, Any]] = []
         for entry in (cap.state[i] for i in used):
             if entry.kind != "constant" and entry.path in self.path_index:
@@ -417,7 +428,7 @@ class DispatchHost:
         tensor_leaves = [i for i, v in enumerate(leaves) if isinstance(v, values.ARRAYS)]
         return Compiled(fn, sources, tensor_leaves, cap.out_tree, cap.slots, cap.constants, cap.mutated,
                         cap.passed if any(p is not None for p in cap.passed) else None,
-                        not torch.is_grad_enabled(), wide)
+                        not torch.is_grad_enabled(), wide, self.margin_programs.get(graph_fp))
 
     def _fall_back(self, st: RegionState, part: Part, fns: Sequence[Callable], vals: tuple, leaves: list,
                    tree: Any, key: Any, exc: BaseException) -> tuple:

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import math
 import os
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Protocol, Sequence
 
 from dycl_jax.errors import Location
+from dycl_jax.rewrite.decisions import Decision
 from dycl_jax.rewrite.plan import Undefined
 from dycl_jax.rewrite.sites import Site
 
@@ -62,6 +64,7 @@ _PLAIN_ISLANDS: contextvars.ContextVar[frozenset | None] = contextvars.ContextVa
 
 _EXECUTOR: contextvars.ContextVar[Executor | None] = contextvars.ContextVar("dycl_executor", default=None)
 _DECISIONS: contextvars.ContextVar[list | None] = contextvars.ContextVar("dycl_host_decisions", default=None)
+_MARGINS: contextvars.ContextVar[dict] = contextvars.ContextVar("dycl_host_margins", default={})
 
 
 @contextlib.contextmanager
@@ -75,14 +78,16 @@ def executing(executor: Executor | None) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def recording_decisions() -> Iterator[list[tuple[str, bool]]]:
-    """Collect (site label, value) for every host decision at a data-dependent site."""
-    decisions: list[tuple[str, bool]] = []
-    token = _DECISIONS.set(decisions)
+def recording_decisions() -> Iterator[list[Decision]]:
+    """Collect (site label, value) for every host decision at a data-dependent site, with the
+    margin of a predicate a compiled region computed (see `note_margin`)."""
+    decisions: list[Decision] = []
+    token, margins = _DECISIONS.set(decisions), _MARGINS.set({})
     try:
         yield decisions
     finally:
         _DECISIONS.reset(token)
+        _MARGINS.reset(margins)
 
 
 def run_statements(spec: RegionSpec, fns: Sequence[Callable], values: Sequence[Any], ins: Sequence[str],
@@ -135,5 +140,16 @@ def decide(value: Any, site: Site) -> bool:
     taken = bool(value)
     decisions = _DECISIONS.get()
     if decisions is not None:
-        decisions.append((site.label, taken))
+        decisions.append(Decision(site.label, taken, _MARGINS.get().get(id(value), (None, math.nan))[1]))
     return taken
+
+
+def note_margin(value: Any, margin: float) -> None:
+    """While recording decisions: `value` (a predicate a region computed) is `margin` from flipping.
+    (Keyed by identity: the value is kept alive with it, so its id is not reused meanwhile.)"""
+    if _DECISIONS.get() is not None:
+        _MARGINS.get()[id(value)] = (value, margin)
+
+
+def recording_margins() -> bool:
+    return _DECISIONS.get() is not None
