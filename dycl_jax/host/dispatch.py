@@ -25,7 +25,7 @@ import torch
 import torch.utils._pytree as pytree
 
 from dycl_jax.capture.region import HostValueError, capture_call, lost_update
-from dycl_jax.errors import AliasedUpdateError, DyclError, InputMutationError, Location
+from dycl_jax.errors import AliasedUpdateError, CallError, DyclError, InputMutationError, Location
 from dycl_jax.host import values
 from dycl_jax.host.attributes import DynamicAttributes
 from dycl_jax.host.values import leaf_key
@@ -309,6 +309,14 @@ class DispatchHost:
         return body
 
     def _eager(self, spec: RegionSpec, part: Part, fns: Sequence[Callable], leaves: list, tree: Any) -> tuple:
+        if any(isinstance(v, jax.core.Tracer) for v in leaves):  # under the user's jax.grad / jit / vmap
+            st = spec.statements[part.first]
+            raise CallError(
+                f"this statement runs on the host in torch ({part.host_reason or 'torch.export refused it'}), so a "
+                "JAX transformation (jax.grad, jax.jit, jax.vmap of jm.apply) cannot trace through it",
+                location=Location(spec.file, st.line, st.code),
+                fix="call the model outside JAX transformations, or write the statement so that torch.export "
+                    "captures it (see the report's host statements)")
         torch_leaves = [values.to_torch(v) for v in leaves]
         vals, attrs = jax.tree_util.tree_unflatten(tree, torch_leaves)
         inputs = [t for t in torch_leaves if isinstance(t, torch.Tensor)]
