@@ -35,8 +35,9 @@ from dycl_jax.lower.interpreter import LoweredGraph
 from dycl_jax.rewrite import lifting
 from dycl_jax.rewrite.api import DispatchPlan, patched
 from dycl_jax.rewrite.modes import exclusive, staging
-from dycl_jax.rewrite.regions import (NOT_STAGED, RegionSpec, executing, note_margin, recording_margins,
-                                      run_statements)
+from dycl_jax.lower.ops.control_flow import recording
+from dycl_jax.rewrite.regions import (NOT_STAGED, RegionSpec, executing, note_margin, record_compiled,
+                                      recording_margins, run_statements)
 
 # True while a host statement runs in torch: a dispatch-rewritten method called from there
 # converts its tensor arguments to JAX and its results back.
@@ -102,7 +103,10 @@ class Compiled:
             inputs = [state[v] if is_state else v for is_state, v in self.sources]
         with int_scope(self.x64):
             if self.margins is not None and recording_margins():
-                outs, margins = self.margins(inputs, self._tensors(leaves))
+                # traced on first use here, with its conds and loops reporting to the trace
+                with recording(record_compiled):
+                    outs, margins = self.margins(inputs, self._tensors(leaves))
+                jax.effects_barrier()  # its decisions are in the list before the host's next one
                 for o, m in zip(outs, margins):
                     if m is not None:
                         note_margin(o, float(m))

@@ -36,9 +36,10 @@ class Context:
 
     def add_site(self, kind: str, line: int, names: tuple[str, ...], paths: tuple[str, ...],
                  lines: tuple[tuple[int | None, ...], ...], dead_on_exit: tuple[str, ...] = (),
-                 owned: tuple[str, ...] = (), live_after: tuple[str, ...] = ()) -> int:
+                 owned: tuple[str, ...] = (), live_after: tuple[str, ...] = (),
+                 kept_aliases: tuple[tuple[str, str], ...] = ()) -> int:
         self.sites.append(Site(kind, self.src.file, line, self.code(line), names, paths, lines, dead_on_exit,
-                               owned, live_after))
+                               owned, live_after, kept_aliases))
         return len(self.sites) - 1
 
     def warn(self, line: int, message: str) -> None:
