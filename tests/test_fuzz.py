@@ -84,3 +84,23 @@ def test_saved_fuzz_findings_stay_fixed(path, tmp_path):
     seed = int(path.stem.split("_")[1])
     out = fuzz.check(seed, tmp_path, source=path.read_text())
     assert out.kind == "match", f"{path.name}: {out.kind}: {out.detail}"
+
+
+def test_a_decision_flipped_on_its_threshold_counts_as_rounding_not_as_a_bug(monkeypatch):
+    """The oracle's near-threshold rule: the first decision that differs from torch's is a
+    rounding flip only if its margin (jm.trace) is within the float tolerance."""
+    from dycl_jax.rewrite.decisions import Decision
+
+    class Traced:
+        host = "staged"
+
+        def __init__(self, margin):
+            self.margin = margin
+
+        def trace(self, *a):
+            return None, [Decision("if@m.py:3", True, 2.0), Decision("if@m.py:5", False, self.margin)]
+
+    monkeypatch.setattr(fuzz, "_torch_decisions", lambda model, jm, args: [("if@m.py:3", True), ("if@m.py:5", True)])
+    assert "flipped" in fuzz._flip(None, Traced(3e-8), (), fuzz.RTOL)
+    assert fuzz._flip(None, Traced(0.3), (), fuzz.RTOL) is None
+    assert fuzz._flip(None, Traced(5e-3), (), fuzz.HALF_TOL) is not None
