@@ -238,3 +238,26 @@ def test_update_after_a_construct_whose_alias_is_no_longer_read_converts():
     for x in (torch.ones(2, 3), -torch.ones(2, 3), torch.randn(2, 3)):
         with torch.no_grad():
             np.testing.assert_allclose(np.asarray(jm(x)), model(x.clone()).numpy(), rtol=1e-6)
+
+
+class AliasUpdatedInARegion(nn.Module):
+    """On the dispatch host (a data-dependent count runs on the host), `v.add_` in a region after
+    `a = v`: torch changes `a` too."""
+
+    def forward(self, h):
+        v = h * 0.5
+        a = v
+        k = torch.nonzero(h[0] > 0).shape[0]
+        v.add_(h * k)
+        return v, a
+
+
+def test_update_in_a_dispatch_region_of_a_tensor_another_name_holds_is_refused():
+    from dycl_jax.errors import AliasedUpdateError
+
+    x = torch.tensor([[0.5, -1.0, 2.0], [1.0, 0.25, -0.5]])
+    for host in ("auto", "dispatch"):
+        with pytest.raises(AliasedUpdateError) as info:
+            jm = dycl_jax.to_jax(AliasUpdatedInARegion().eval(), (x,), host=host)
+            jm(x)
+        assert info.value.location.file == __file__ and "v.add_" in info.value.location.code

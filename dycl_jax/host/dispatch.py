@@ -14,6 +14,7 @@ import contextvars
 import functools
 import operator
 import os
+import sys
 import types
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Sequence
@@ -37,7 +38,7 @@ from dycl_jax.rewrite.api import DispatchPlan, patched
 from dycl_jax.rewrite.modes import exclusive, staging
 from dycl_jax.lower.ops.control_flow import recording
 from dycl_jax.rewrite.regions import (NOT_STAGED, RegionSpec, executing, note_margin, record_compiled,
-                                      recording_margins, run_statements)
+                                      recording_margins, region, run_statements)
 
 # True while a host statement runs in torch: a dispatch-rewritten method called from there
 # converts its tensor arguments to JAX and its results back.
@@ -123,6 +124,29 @@ class Compiled:
         return jax.tree_util.tree_unflatten(self.out_tree, flat)
 
 
+def _check_aliases_kept(spec: RegionSpec, part: "Part", vals: tuple, leaves: list, mutated: tuple[int, ...],
+                        env: dict) -> None:
+    """Refuse a region that updates an array in place which another of the user's names also
+    holds: torch changes both; the region gives a new value only to the names it outputs.
+    (Checked when the region is captured, from the frame of the user's function and the names
+    of a split region computed so far.)"""
+    frame = sys._getframe()
+    while frame is not None and frame.f_code is not region.__code__:
+        frame = frame.f_back
+    local = {**(frame.f_back.f_locals if frame is not None and frame.f_back is not None else {}), **env}
+    owner = [n for n, v in zip(part.ins, vals) for _ in jax.tree_util.tree_leaves(v)]  # leaf -> its name
+    for i in mutated:
+        for m, value in local.items():
+            if value is leaves[i] and (i >= len(owner) or m != owner[i]) and m not in part.outs \
+                    and not m.startswith("_dycl_"):
+                st = spec.statements[part.first]
+                raise AliasedUpdateError(
+                    f"a statement in this region updates a tensor in place that `{m}` also holds; torch changes "
+                    f"`{m}` too, a converted region returns a new value only to the names it assigns",
+                    location=Location(spec.file, st.line, st.code),
+                    fix=f"update `{m}` by name too (`{m} = ...` after the update), or copy first if `{m}` must not change")
+
+
 def _getter(indices: list[int]) -> Callable[[Sequence[Any]], list]:
     """seq -> [seq[i] for i in indices], as a list (the jitted programs take lists)."""
     if not indices:
@@ -189,6 +213,7 @@ class DispatchHost:
         self.attrs = DynamicAttributes(root)
         self._state: Sequence[Any] = ()
         self._arg_ids: frozenset[int] = frozenset()  # the current call's argument arrays
+        self._region_env: dict | None = None
 
     # ------------------------------------------------------------ calling
 
@@ -269,9 +294,13 @@ class DispatchHost:
                          if st.spec.kind == "island" and st.parts[0].host_reason is not None)
 
     def _run_parts(self, st: RegionState, parts: list[Part], fns: Sequence[Callable], env: dict) -> None:
-        for part in parts:
-            outs = self._run_part(st, part, fns, tuple(env[n] for n in part.ins))
-            env.update(zip(part.outs, outs))
+        outer, self._region_env = self._region_env, env  # names of the split region so far (alias check)
+        try:
+            for part in parts:
+                outs = self._run_part(st, part, fns, tuple(env[n] for n in part.ins))
+                env.update(zip(part.outs, outs))
+        finally:
+            self._region_env = outer
 
     def _run_part(self, st: RegionState, part: Part, fns: Sequence[Callable], vals: tuple) -> tuple:
         while True:
@@ -382,6 +411,8 @@ class DispatchHost:
             return self._fall_back(st, part, fns, vals, leaves, tree, key, exc)
         part.cache[key] = entry
         self._check_arguments_kept(spec, part, leaves, entry.mutated)
+        if entry.mutated and spec.kind == "region":
+            _check_aliases_kept(spec, part, vals, leaves, entry.mutated, self._region_env or {})
         if new_attrs is not None:
             self.attrs.write(new_attrs)
         return outs
