@@ -18,6 +18,7 @@ from rich.table import Table
 from rich.text import Text
 
 from dycl_jax.errors import DyclError
+from dycl_jax.report.parity import compare, parity  # noqa: F401  (compare: also used by scripts/bench.py)
 
 _DEFAULT_FN = "example"
 
@@ -93,54 +94,6 @@ def extra_cases(module: Any, n: int) -> list[tuple[Any, ...]]:
     return [c if isinstance(c, tuple) else (c,) for c in made]
 
 
-def compare(torch_out: Any, jax_out: Any) -> dict[str, Any]:
-    """Elementwise agreement of two output trees: float max-abs-diff, integer/bool exact matches."""
-    import numpy as np
-    import torch
-    import torch.utils._pytree as pytree
-
-    def arr(v: Any) -> np.ndarray:
-        return v.detach().cpu().numpy() if isinstance(v, torch.Tensor) else np.asarray(v)
-
-    t_leaves, j_leaves = pytree.tree_leaves(torch_out), pytree.tree_leaves(jax_out)
-    res: dict[str, Any] = {"float": 0, "int": 0, "diff": 0.0, "match": 0, "total": 0, "problems": []}
-    if len(t_leaves) != len(j_leaves):
-        res["problems"].append(f"torch returned {len(t_leaves)} outputs, JAX {len(j_leaves)}")
-    for i, (t, j) in enumerate(zip(t_leaves, j_leaves)):
-        a, b = arr(t), arr(j)
-        if a.shape != b.shape:
-            res["problems"].append(f"output {i}: torch shape {list(a.shape)}, JAX shape {list(b.shape)}")
-            continue
-        if np.issubdtype(a.dtype, np.inexact) or np.issubdtype(b.dtype, np.inexact):
-            res["float"] += 1
-            if a.size:
-                diff = np.abs(a.astype(np.float64) - b.astype(np.float64))
-                res["diff"] = max(res["diff"], float(np.nanmax(np.where(np.isnan(a) & np.isnan(b), 0.0, diff))))
-        else:
-            res["int"] += 1
-            res["match"] += int((a == b).sum())
-            res["total"] += a.size
-    return res
-
-
-def parity(model: Any, method: str, jm: Any, cases: list[tuple[Any, ...]]) -> tuple[dict[str, float], list[str]]:
-    """Run torch and JAX on every case; the report's parity numbers and any structural problems."""
-    import torch
-
-    diff, match, total, floats, ints, problems = 0.0, 0, 0, 0, 0, []
-    for k, args in enumerate(cases):
-        with torch.no_grad():
-            ref = getattr(model, method)(*args)
-        res = compare(ref, jm(*args))
-        diff, match, total = max(diff, res["diff"]), match + res["match"], total + res["total"]
-        floats, ints = max(floats, res["float"]), max(ints, res["int"])
-        problems += [f"case {k}: {p}" for p in res["problems"]]
-    out: dict[str, float] = {"cases": len(cases), "float_outputs": floats, "max_abs_diff": diff}
-    if ints:
-        out.update(int_outputs=ints, int_match_rate=match / total if total else 1.0)
-    return out, problems
-
-
 def _convert(ns: argparse.Namespace, out: Console, err: Console) -> int:
     import jax
 
@@ -166,7 +119,7 @@ def _convert(ns: argparse.Namespace, out: Console, err: Console) -> int:
         report.timings["first_call_s"] = time.perf_counter() - start
     with err.status("parity check against torch"):
         cases = [args] + extra_cases(module, ns.check)
-        report.parity, problems = parity(model, ns.method, jm, cases)
+        report.parity, problems, report.flips = parity(model, ns.method, jm, cases)
         report.warnings += problems
     out.print(report_renderable(report))
     if ns.json:

@@ -1,6 +1,7 @@
 """A bounded differential-fuzzing campaign (scripts/fuzz.py): random dynamic modules converted
-with host="auto" match the original torch module on every input, or are refused with a
-DyclError located in the generated file; never a silent difference or an internal crash."""
+with host="auto" match the original torch module on every input (`jm(...)`, `jm.trace` with its
+decisions, `jm.apply`), or are refused with a DyclError located in the generated file; never a
+silent difference or an internal crash."""
 from __future__ import annotations
 
 import sys
@@ -12,42 +13,67 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 
 import fuzz  # noqa: E402
 
-SEEDS = range(0, 24)  # about a minute on one core; `scripts/fuzz.py --minutes N` runs long campaigns
+SEEDS = range(0, 16)  # about 2.5 minutes on one busy core; `scripts/fuzz.py --minutes N` runs long campaigns
+_OUTCOMES: dict[int, fuzz.Outcome] = {}  # per worker: the coverage test reuses the campaign's programs
+
+
+def _outcome(seed: int, folder: Path) -> fuzz.Outcome:
+    if seed not in _OUTCOMES:
+        _OUTCOMES[seed] = fuzz.check(seed, folder)
+    return _OUTCOMES[seed]
 
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_fuzzed_program_matches_torch_or_is_refused(seed, tmp_path):
-    out = fuzz.check(seed, tmp_path)
+    out = _outcome(seed, tmp_path)
     assert out.kind in ("match", "refused"), f"seed {seed}: {out.kind}: {out.detail}\n{fuzz.program(seed)}"
 
 
-def test_the_campaign_covers_both_hosts_and_many_paths(tmp_path):
-    """The generator is not degenerate: programs take several paths and need both hosts."""
-    outs = [fuzz.check(seed, tmp_path) for seed in range(100, 112)]
+def test_the_campaign_covers_both_hosts_many_paths_and_every_feature(tmp_path):
+    """The generator is not degenerate: programs take several paths, need both hosts, and use
+    float16 blocks, in-place updates through aliases and submodules with their own branches."""
+    outs = [_outcome(seed, tmp_path) for seed in (1, 5, 12, 13)]
     assert {o.host for o in outs if o.kind == "match"} == {"staged", "dispatch"}
-    assert sum(len(o.paths) > 1 for o in outs) >= 6, [len(o.paths) for o in outs]
+    assert sum(len(o.paths) > 1 for o in outs) >= 3, [len(o.paths) for o in outs]
+    for feature in ("float16", "alias", "inplace", "submodule"):
+        assert any(feature in o.features for o in outs if o.kind == "match"), feature
 
 
-def test_the_oracle_sees_a_wrong_answer(tmp_path, monkeypatch):
-    """A converted program that differs from torch is reported as a bug, not a match."""
+class _Skewed:
+    """A converted model one of whose entry points answers wrongly; the rest is the real one."""
+
+    def __init__(self, jm, where):
+        self._jm, self._where = jm, where
+
+    def __getattr__(self, name):
+        return getattr(self._jm, name)
+
+    def __call__(self, *a):
+        out = self._jm(*a)
+        return (out[0] + 1e-2, *out[1:]) if self._where == "call" else out
+
+    def trace(self, *a):
+        out, decisions = self._jm.trace(*a)
+        if self._where == "decisions" and decisions:
+            decisions = [(decisions[0][0], not decisions[0][1]), *decisions[1:]]
+        return out, decisions
+
+    def apply(self, state, *a):
+        out = self._jm.apply(state, *a)
+        return (out[0] * 1.01, *out[1:]) if self._where == "apply" else out
+
+
+@pytest.mark.parametrize("where,seen", [("call", "max |diff|"), ("decisions", "decisions"), ("apply", "jm.apply")])
+def test_the_oracle_sees_a_wrong_answer(where, seen, tmp_path, monkeypatch):
+    """A converted program that differs from torch (its outputs, its decisions or `apply`) is
+    reported as a bug, not a match."""
     import dycl_jax
 
     real = dycl_jax.to_jax
-
-    def skewed(model, args, **kw):
-        jm = real(model, args, **kw)
-
-        class Off:
-            host = jm.host
-
-            def __call__(self, *a):
-                out = jm(*a)
-                return (out[0] + 1e-2, *out[1:])
-        return Off()
-
-    monkeypatch.setattr(dycl_jax, "to_jax", skewed)
+    monkeypatch.setattr(dycl_jax, "to_jax", lambda model, args, **kw: _Skewed(real(model, args, **kw), where))
+    monkeypatch.setattr(fuzz.jax, "jit", lambda f: f)  # the skewed apply is not jittable
     out = fuzz.check(5, tmp_path)
-    assert out.kind == "bug" and "max |diff|" in out.detail
+    assert out.kind == "bug" and seen in out.detail, out
 
 
 REGRESSIONS = sorted((Path(__file__).parent / "fuzz_regressions").glob("seed_*.py"))
@@ -58,3 +84,23 @@ def test_saved_fuzz_findings_stay_fixed(path, tmp_path):
     seed = int(path.stem.split("_")[1])
     out = fuzz.check(seed, tmp_path, source=path.read_text())
     assert out.kind == "match", f"{path.name}: {out.kind}: {out.detail}"
+
+
+def test_a_decision_flipped_on_its_threshold_counts_as_rounding_not_as_a_bug(monkeypatch):
+    """The oracle's near-threshold rule: the first decision that differs from torch's is a
+    rounding flip only if its margin (jm.trace) is within the float tolerance."""
+    from dycl_jax.rewrite.decisions import Decision
+
+    class Traced:
+        host = "staged"
+
+        def __init__(self, margin):
+            self.margin = margin
+
+        def trace(self, *a):
+            return None, [Decision("if@m.py:3", True, 2.0), Decision("if@m.py:5", False, self.margin)]
+
+    monkeypatch.setattr(fuzz, "_torch_decisions", lambda model, jm, args: [("if@m.py:3", True), ("if@m.py:5", True)])
+    assert "flipped" in fuzz._flip(None, Traced(3e-8), (), fuzz.RTOL)
+    assert fuzz._flip(None, Traced(0.3), (), fuzz.RTOL) is None
+    assert fuzz._flip(None, Traced(5e-3), (), fuzz.HALF_TOL) is not None

@@ -60,16 +60,18 @@ class GatedNoGrad(nn.Module):
         return y.sum()
 
 
-def _torch_grads(model: nn.Module, x: torch.Tensor) -> dict[str, np.ndarray]:
+def torch_grads(model: nn.Module, *args: torch.Tensor) -> dict[str, np.ndarray]:
+    """Parameter gradients of the model's scalar output, by torch autograd (zero where unused)."""
     model.zero_grad()
-    model(x).backward()
+    model(*args).backward()
     return {n: p.grad.numpy() if p.grad is not None else np.zeros(tuple(p.shape), np.float32)
             for n, p in model.named_parameters()}
 
 
-def _jax_grads(jm, x: torch.Tensor) -> dict[str, np.ndarray]:
+def jax_grads(jm, *args: torch.Tensor) -> dict[str, np.ndarray]:
+    """The same by `jax.grad(jm.apply)`, keyed by torch parameter path."""
     state = nnx.state(jm.module)
-    grads = jax.grad(lambda s: jm.apply(s, x.numpy()))(state)
+    grads = jax.grad(lambda s: jm.apply(s, *[a.numpy() for a in args]))(state)
     flat = {".".join(map(str, path)): np.asarray(v.value if hasattr(v, "value") else v)
             for path, v in jax.tree_util.tree_leaves_with_path(grads, is_leaf=lambda v: hasattr(v, "value"))
             for path in [tuple(getattr(k, "key", getattr(k, "name", k)) for k in path)]}
@@ -84,8 +86,8 @@ def test_parameter_gradients_match_torch_autograd(cls, host):
     xs = [torch.randn(2, 4) * s for s in (1.0, -1.0, 3.0)]
     jm = dycl_jax.to_jax(model, (xs[0],), host=host)
     for x in xs:
-        want = _torch_grads(model, x)
-        got = _jax_grads(jm, x)
+        want = torch_grads(model, x)
+        got = jax_grads(jm, x)
         assert set(got) == set(want), (sorted(got), sorted(want))
         for name in want:
             np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-5, err_msg=f"{host}: {name}")

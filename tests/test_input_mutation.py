@@ -113,6 +113,24 @@ class AliasInBranch(nn.Module):
         return y
 
 
+class AliasInNestedPythonBranch(nn.Module):
+    """The update sits in an `if` Python decides (on a flag) inside the data-dependent branch."""
+
+    def __init__(self, flag: int = 0):
+        super().__init__()
+        self.flag = flag
+
+    def forward(self, x):
+        y = x * 2
+        alias = y
+        if x.sum() > 0:
+            if self.flag > 1:
+                x = x + 1
+            else:
+                alias.mul_(3.0)
+        return y, x
+
+
 class DeadAliasInBranch(nn.Module):
     """The same update, but only the updated name is read afterwards: nothing is lost."""
 
@@ -124,12 +142,13 @@ class DeadAliasInBranch(nn.Module):
         return alias
 
 
+@pytest.mark.parametrize("cls", [AliasInBranch, AliasInNestedPythonBranch])
 @pytest.mark.parametrize("host", ["auto", "staged", "dispatch"])
-def test_update_reaching_another_live_name_is_refused(host):
+def test_update_reaching_another_live_name_is_refused(host, cls):
     from dycl_jax.errors import AliasedUpdateError
 
     with pytest.raises(AliasedUpdateError) as info:
-        dycl_jax.to_jax(AliasInBranch().eval(), (torch.ones(3),), host=host)
+        dycl_jax.to_jax(cls().eval(), (torch.ones(3),), host=host)
     assert info.value.location.file == __file__ and "if x.sum() > 0" in info.value.location.code
     assert "`y`" in str(info.value) and "`alias`" in str(info.value)
 
@@ -155,3 +174,90 @@ def test_update_of_an_argument_inside_a_branch_is_refused(host):
     with pytest.raises(InputMutationError) as info:
         dycl_jax.to_jax(InputUpdatedInBranch().eval(), (torch.randn(6),), host=host)
     assert info.value.location.file == __file__
+
+
+class AliasKeptByABranch(nn.Module):
+    """`v` may still be `a` after the `if` (when it is not taken); then `v.add_` changes `a` too."""
+
+    def forward(self, h):
+        v = h * 0.5
+        a = v
+        if h.sum() > 0:
+            v = torch.sigmoid(h) * v
+        v.add_(h)
+        return v, a
+
+
+class AliasKeptByALoop(nn.Module):
+    """The same through a loop that may run no iteration (research style: a tensor counter)."""
+
+    def forward(self, h):
+        v = h * 0.5
+        a = v
+        n = torch.zeros((), dtype=torch.long)
+        while h.sum() > 0 and n < 2:
+            n = n + 1
+            v = torch.sigmoid(h) * v
+            h = h - 1.0
+        v.add_(h)
+        return v, a
+
+
+class ResidualAfterBranch(nn.Module):
+    """`identity = x`, a gated block, `x += identity`: `identity` is not read after the update."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(3, 3)
+
+    def forward(self, x):
+        identity = x * 1.0
+        x = identity
+        if x.sum() > 0:
+            x = self.lin(x)
+        x += identity
+        return x
+
+
+@pytest.mark.parametrize("cls", [AliasKeptByABranch, AliasKeptByALoop])
+@pytest.mark.parametrize("host", ["auto", "staged"])
+def test_update_after_a_construct_that_may_keep_an_alias_is_refused(host, cls):
+    from dycl_jax.errors import AliasedUpdateError
+
+    with pytest.raises(AliasedUpdateError) as info:
+        dycl_jax.to_jax(cls().eval(), (torch.ones(2, 3),), host=host)
+    assert info.value.location.file == __file__ and "h.sum() > 0" in info.value.location.code
+    assert "`v`" in str(info.value) and "`a`" in str(info.value)
+
+
+def test_update_after_a_construct_whose_alias_is_no_longer_read_converts():
+    torch.manual_seed(0)
+    model = ResidualAfterBranch().eval()
+    jm = dycl_jax.to_jax(model, (torch.ones(2, 3),))
+    assert jm.host == "staged"
+    for x in (torch.ones(2, 3), -torch.ones(2, 3), torch.randn(2, 3)):
+        with torch.no_grad():
+            np.testing.assert_allclose(np.asarray(jm(x)), model(x.clone()).numpy(), rtol=1e-6)
+
+
+class AliasUpdatedInARegion(nn.Module):
+    """On the dispatch host (a data-dependent count runs on the host), `v.add_` in a region after
+    `a = v`: torch changes `a` too."""
+
+    def forward(self, h):
+        v = h * 0.5
+        a = v
+        k = torch.nonzero(h[0] > 0).shape[0]
+        v.add_(h * k)
+        return v, a
+
+
+def test_update_in_a_dispatch_region_of_a_tensor_another_name_holds_is_refused():
+    from dycl_jax.errors import AliasedUpdateError
+
+    x = torch.tensor([[0.5, -1.0, 2.0], [1.0, 0.25, -0.5]])
+    for host in ("auto", "dispatch"):
+        with pytest.raises(AliasedUpdateError) as info:
+            jm = dycl_jax.to_jax(AliasUpdatedInARegion().eval(), (x,), host=host)
+            jm(x)
+        assert info.value.location.file == __file__ and "v.add_" in info.value.location.code

@@ -71,12 +71,17 @@ class _CallWrapper(torch.nn.Module):
         constants: list[Any] = []
         passed: list[int | None] = []
         results: list[torch.Tensor] = []
+        made: dict[int, int] = {}  # id of an output tensor -> its slot: names of one tensor get one array
         for v in flat:
             passed.append(kept.get(id(v)))
             if passed[-1] is not None:
                 slots.append(None)
                 constants.append(None)
+            elif isinstance(v, torch.Tensor) and id(v) in made:
+                slots.append(made[id(v)])
+                constants.append(None)
             elif isinstance(v, torch.Tensor):
+                made[id(v)] = len(results)
                 slots.append(len(results))
                 constants.append(None)
                 results.append(v)

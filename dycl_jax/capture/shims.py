@@ -7,6 +7,7 @@ from typing import Any, Iterator
 
 import torch
 import torch.nn.modules.transformer as _transformer
+from torch.distributions import Distribution
 
 
 def _causal_hint(mask: Any, is_causal: bool | None = None, size: int | None = None) -> bool:
@@ -43,11 +44,21 @@ def _fake_rules() -> Iterator[None]:
 @contextlib.contextmanager
 def capture_shims() -> Iterator[None]:
     """While active, `nn.Transformer*` layers do not inspect mask values to choose a kernel,
-    and ctc_loss with tensor lengths can be traced."""
+    ctc_loss with tensor lengths can be traced, and torch.distributions made without an
+    explicit `validate_args` skip their argument checks.
+
+    Those checks (`Bernoulli(probs)` tests 0 <= probs <= 1, `log_prob(a)` that `a` is in the
+    support) are data-dependent Python branches that only raise; where they pass, the values are
+    the same without them. So a converted program computes what torch computes on valid
+    arguments; on invalid ones torch raises ValueError and the converted program does not check.
+    """
     original = _transformer._detect_is_causal_mask
+    validate = Distribution._validate_args
     _transformer._detect_is_causal_mask = _causal_hint
+    Distribution._validate_args = False
     try:
         with _fake_rules():
             yield
     finally:
         _transformer._detect_is_causal_mask = original
+        Distribution._validate_args = validate

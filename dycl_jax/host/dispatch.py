@@ -14,6 +14,7 @@ import contextvars
 import functools
 import operator
 import os
+import sys
 import types
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Sequence
@@ -25,7 +26,7 @@ import torch
 import torch.utils._pytree as pytree
 
 from dycl_jax.capture.region import HostValueError, capture_call, lost_update
-from dycl_jax.errors import AliasedUpdateError, DyclError, InputMutationError, Location
+from dycl_jax.errors import AliasedUpdateError, CallError, DyclError, InputMutationError, Location
 from dycl_jax.host import values
 from dycl_jax.host.attributes import DynamicAttributes
 from dycl_jax.host.values import leaf_key
@@ -35,7 +36,9 @@ from dycl_jax.lower.interpreter import LoweredGraph
 from dycl_jax.rewrite import lifting
 from dycl_jax.rewrite.api import DispatchPlan, patched
 from dycl_jax.rewrite.modes import exclusive, staging
-from dycl_jax.rewrite.regions import NOT_STAGED, RegionSpec, executing, run_statements
+from dycl_jax.lower.ops.control_flow import recording
+from dycl_jax.rewrite.regions import (NOT_STAGED, RegionSpec, executing, note_margin, record_compiled,
+                                      recording_margins, region, run_statements)
 
 # True while a host statement runs in torch: a dispatch-rewritten method called from there
 # converts its tensor arguments to JAX and its results back.
@@ -112,6 +115,7 @@ class Compiled:
     passed: list[int | None] | None = None  # per output leaf: the input leaf it returns unchanged
     no_grad: bool = False  # captured inside the user's `with torch.no_grad():`
     x64: bool = False  # runs in JAX's 64-bit scope (int64 values that may leave int32)
+    margins: Callable | None = None  # fn also returning each predicate output's margin (jm.trace)
 
     def __post_init__(self) -> None:
         # the per-call gathers run in C (itemgetter): islands take every parameter they read
@@ -125,7 +129,16 @@ class Compiled:
             inputs = self._state_inputs(state)
         else:
             inputs = [state[v] if is_state else v for is_state, v in self.sources]
-        if self.x64:
+        if self.margins is not None and recording_margins():
+            with int_scope(self.x64):
+                # traced on first use here, with its conds and loops reporting to the trace
+                with recording(record_compiled):
+                    outs, margins = self.margins(inputs, self._tensors(leaves))
+                jax.effects_barrier()  # its decisions are in the list before the host's next one
+            for o, m in zip(outs, margins):
+                if m is not None:
+                    note_margin(o, float(m))
+        elif self.x64:
             with int_scope(True):
                 outs = self.fn(inputs, self._tensors(leaves))
         else:
@@ -139,6 +152,29 @@ class Compiled:
         if self.passed is not None:
             flat = [leaves[p] if p is not None else v for p, v in zip(self.passed, flat)]
         return jax.tree_util.tree_unflatten(self.out_tree, flat)
+
+
+def _check_aliases_kept(spec: RegionSpec, part: "Part", vals: tuple, leaves: list, mutated: tuple[int, ...],
+                        env: dict) -> None:
+    """Refuse a region that updates an array in place which another of the user's names also
+    holds: torch changes both; the region gives a new value only to the names it outputs.
+    (Checked when the region is captured, from the frame of the user's function and the names
+    of a split region computed so far.)"""
+    frame = sys._getframe()
+    while frame is not None and frame.f_code is not region.__code__:
+        frame = frame.f_back
+    local = {**(frame.f_back.f_locals if frame is not None and frame.f_back is not None else {}), **env}
+    owner = [n for n, v in zip(part.ins, vals) for _ in jax.tree_util.tree_leaves(v)]  # leaf -> its name
+    for i in mutated:
+        for m, value in local.items():
+            if value is leaves[i] and (i >= len(owner) or m != owner[i]) and m not in part.outs \
+                    and not m.startswith("_dycl_"):
+                st = spec.statements[part.first]
+                raise AliasedUpdateError(
+                    f"a statement in this region updates a tensor in place that `{m}` also holds; torch changes "
+                    f"`{m}` too, a converted region returns a new value only to the names it assigns",
+                    location=Location(spec.file, st.line, st.code),
+                    fix=f"update `{m}` by name too (`{m} = ...` after the update), or copy first if `{m}` must not change")
 
 
 def _getter(indices: list[int]) -> Callable[[Sequence[Any]], list]:
@@ -204,10 +240,12 @@ class DispatchHost:
         self.regions: dict[int, RegionState] = {}
         self.executables: dict[str, Callable] = {}  # graph fingerprint -> shared jitted program
         self.graphs: dict[str, LoweredGraph] = {}  # graph fingerprint -> its lowered graph (for the report)
+        self.margin_programs: dict[str, Callable] = {}  # the same, also returning predicate margins
         self.captures = 0
         self.attrs = DynamicAttributes(root)
         self._state: Sequence[Any] = ()
         self._arg_ids: frozenset[int] = frozenset()  # the current call's argument arrays
+        self._region_env: dict | None = None
 
     # ------------------------------------------------------------ calling
 
@@ -287,9 +325,13 @@ class DispatchHost:
                          if st.spec.kind == "island" and st.parts[0].host_reason is not None)
 
     def _run_parts(self, st: RegionState, parts: list[Part], fns: Sequence[Callable], env: dict) -> None:
-        for part in parts:
-            outs = self._run_part(st, part, fns, tuple(env[n] for n in part.ins))
-            env.update(zip(part.outs, outs))
+        outer, self._region_env = self._region_env, env  # names of the split region so far (alias check)
+        try:
+            for part in parts:
+                outs = self._run_part(st, part, fns, tuple(env[n] for n in part.ins))
+                env.update(zip(part.outs, outs))
+        finally:
+            self._region_env = outer
 
     def _run_part(self, st: RegionState, part: Part, fns: Sequence[Callable], vals: tuple) -> tuple:
         while True:
@@ -332,6 +374,14 @@ class DispatchHost:
         return body
 
     def _eager(self, spec: RegionSpec, part: Part, fns: Sequence[Callable], leaves: list, tree: Any) -> tuple:
+        if any(isinstance(v, jax.core.Tracer) for v in leaves):  # under the user's jax.grad / jit / vmap
+            st = spec.statements[part.first]
+            raise CallError(
+                f"this statement runs on the host in torch ({part.host_reason or 'torch.export refused it'}), so a "
+                "JAX transformation (jax.grad, jax.jit, jax.vmap of jm.apply) cannot trace through it",
+                location=Location(spec.file, st.line, st.code),
+                fix="call the model outside JAX transformations, or write the statement so that torch.export "
+                    "captures it (see the report's host statements)")
         torch_leaves = [values.to_torch(v) for v in leaves]
         vals, attrs = jax.tree_util.tree_unflatten(tree, torch_leaves)
         inputs = [t for t in torch_leaves if isinstance(t, torch.Tensor)]
@@ -393,6 +443,8 @@ class DispatchHost:
             return self._fall_back(st, part, fns, vals, leaves, tree, key, exc)
         part.cache[key] = entry
         self._check_arguments_kept(spec, part, leaves, entry.mutated)
+        if entry.mutated and spec.kind == "region":
+            _check_aliases_kept(spec, part, vals, leaves, entry.mutated, self._region_env or {})
         if new_attrs is not None:
             self.attrs.write(new_attrs)
         return outs
@@ -433,13 +485,15 @@ class DispatchHost:
         elif fn is None:
             graph = self.graphs[graph_fp] = LoweredGraph.build(gm, name=spec.label)
 
-            def run(state: list, tensors: list, graph: LoweredGraph = graph, used: list = used) -> tuple:
+            def run(state: list, tensors: list, call: Callable = graph, used: list = used) -> tuple:
                 full: list[Any] = [None] * n_state
                 for i, v in zip(used, state):
                     full[i] = v
-                return graph(*full, *tensors)
+                return call(*full, *tensors)
 
             fn = self.executables[graph_fp] = jax.jit(run)
+            # the same, also returning each predicate output's margin: compiled only if jm.trace runs
+            self.margin_programs[graph_fp] = jax.jit(functools.partial(run, call=graph.with_margins))
         sources: list[tuple[bool, Any]] = []
         for entry in (cap.state[i] for i in used):
             if entry.kind != "constant" and entry.path in self.path_index:
@@ -449,7 +503,7 @@ class DispatchHost:
         tensor_leaves = [i for i, v in enumerate(leaves) if isinstance(v, values.ARRAYS)]
         return Compiled(fn, sources, tensor_leaves, cap.out_tree, cap.slots, cap.constants, cap.mutated,
                         cap.passed if any(p is not None for p in cap.passed) else None,
-                        not torch.is_grad_enabled(), wide)
+                        not torch.is_grad_enabled(), wide, self.margin_programs.get(graph_fp))
 
     def _fall_back(self, st: RegionState, part: Part, fns: Sequence[Callable], vals: tuple, leaves: list,
                    tree: Any, key: Any, exc: BaseException) -> tuple:

@@ -14,6 +14,7 @@ import torch.fx
 from dycl_jax.errors import DyclError, Location
 from dycl_jax.source import origins
 from dycl_jax.lower.loop_bounds import static_trip_bound
+from dycl_jax.lower.margins import output_margins
 from dycl_jax.lower.dtypes import tensor_to_numpy, to_jax_dtype
 from dycl_jax.lower.registry import lookup
 
@@ -25,6 +26,9 @@ _PLUMBING = ("/torch/", "/dycl_jax/", "<eval_with_key>", "/contextlib.py", "/fun
 _GENERATED = "<dycl-rewrite"  # filename prefix of rewritten methods (see source/origins.py)
 _SITE: contextvars.ContextVar[tuple[str, int | None]] = contextvars.ContextVar("dycl_site", default=("?", None))
 _NODE: contextvars.ContextVar[torch.fx.Node | None] = contextvars.ContextVar("dycl_node", default=None)
+# the values of the graph being run, by node: lets a control-flow lowering read what its
+# predicate was computed from (decision margins, lower/margins.py)
+_ENV: contextvars.ContextVar[dict | None] = contextvars.ContextVar("dycl_env", default=None)
 
 
 def _user_frames(node: torch.fx.Node) -> list[tuple[str, int, str]]:
@@ -61,6 +65,11 @@ def node_site(node: torch.fx.Node) -> str:
 def current_node() -> torch.fx.Node | None:
     """The fx node being lowered right now: lets a lowering read torch's metadata (strides)."""
     return _NODE.get()
+
+
+def current_env() -> dict | None:
+    """The node values of the graph whose node is being lowered right now."""
+    return _ENV.get()
 
 
 def current_site() -> str:
@@ -141,11 +150,35 @@ class LoweredGraph:
         return [a for a in self.attrs.values() if isinstance(a, LoweredGraph)]
 
     def __call__(self, *inputs: Any) -> tuple[Any, ...]:
+        env = self._run(inputs)
+        load = lambda n: env[n]  # noqa: E731
+        assert self.output_node is not None
+        result = torch.fx.node.map_arg(self.output_node.args[0], load)
+        return tuple(result) if isinstance(result, (list, tuple)) else (result,)
+
+    def with_margins(self, *inputs: Any) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+        """(outputs, per output the margin of a one-element boolean output or None): see
+        lower/margins.py; for decision tracing."""
+        env = self._run(inputs)
+        assert self.output_node is not None
+        result = torch.fx.node.map_arg(self.output_node.args[0], lambda n: env[n])
+        outs = tuple(result) if isinstance(result, (list, tuple)) else (result,)
+        return outs, output_margins(self.output_node, env)
+
+    def _run(self, inputs: tuple) -> dict:
         if len(inputs) != len(self.placeholders):
             raise DyclError(f"{self.name}: expected {len(self.placeholders)} inputs, got {len(inputs)}")
         env: dict[torch.fx.Node, Any] = dict(zip(self.placeholders, inputs))
         env.update(self.attrs)
         load = lambda n: env[n]  # noqa: E731
+        env_token = _ENV.set(env)
+        try:
+            self._steps(env, load)
+        finally:
+            _ENV.reset(env_token)
+        return env
+
+    def _steps(self, env: dict, load: Callable[[Any], Any]) -> None:
         for step in self.steps:
             node = step.node
             args = torch.fx.node.map_arg(node.args, load)
@@ -169,9 +202,6 @@ class LoweredGraph:
                 if token is not None:
                     _SITE.reset(token)
             env[node] = _cast_like(out, step.out_dtype)
-        assert self.output_node is not None
-        result = torch.fx.node.map_arg(self.output_node.args[0], load)
-        return tuple(result) if isinstance(result, (list, tuple)) else (result,)
 
 
 def _lower_attr(gm: torch.fx.GraphModule, node: torch.fx.Node) -> Any:

@@ -38,6 +38,24 @@ class RewrittenFunction:
 
 
 @dataclass
+class DecisionFlip:
+    """A parity case whose outputs differ from torch's, explained or not by a near-threshold decision.
+
+    `site` is the first decision that differs from torch's (or, where torch's decisions are not
+    known, the closest JAX decision); `margin` its JAX margin (jm.trace); `near_threshold` when
+    that margin is within `float_error`, the float error observed on the cases that agree: a
+    rounding difference between torch and XLA flipped it. Otherwise a real mismatch."""
+
+    case: int
+    site: str
+    torch_value: str
+    jax_value: str
+    margin: float
+    float_error: float
+    near_threshold: bool
+
+
+@dataclass
 class ConversionReport:
     """Everything a user may want to know about one conversion."""
 
@@ -55,9 +73,12 @@ class ConversionReport:
     timings: dict[str, float]
     warnings: list[str] = field(default_factory=list)
     rewritten: list[RewrittenFunction] = field(default_factory=list)
-    # filled by whoever runs torch and JAX side by side (`dycl-jax convert`): cases,
-    # float_outputs, max_abs_diff, int_outputs, int_match_rate
+    # filled by whoever runs torch and JAX side by side (`dycl-jax convert`, report/parity.py):
+    # cases, float_outputs, max_abs_diff, int_outputs, int_match_rate; where cases disagree also
+    # float_error, decision_flips (near-threshold) and mismatches
     parity: dict[str, float] = field(default_factory=dict)
+    # the parity cases whose outputs differ, each a near-threshold decision flip or a real mismatch
+    flips: list[DecisionFlip] = field(default_factory=list)
     # dispatch host: why it was chosen, which statements run on the host (and why), and how
     # many graphs were captured and XLA executables compiled so far
     dispatch_reason: str = ""
@@ -88,4 +109,5 @@ def report_from_dict(data: dict) -> ConversionReport:
     fields["host_tree"] = _host_node(data["host_tree"])
     fields["op_counts"] = Counter(data["op_counts"])
     fields["rewritten"] = [RewrittenFunction(**r) for r in data.get("rewritten", [])]
+    fields["flips"] = [DecisionFlip(**f) for f in data.get("flips", [])]
     return ConversionReport(**fields)

@@ -135,11 +135,28 @@ def _parity(parity: dict[str, float]) -> Table:
         "max_abs_diff": ("max |torch - jax|", "{:.3g}"),
         "int_outputs": ("integer/bool outputs", "{:.0f}"),
         "int_match_rate": ("integer/bool exact-match rate", "{:.4f}"),
+        "float_error": ("observed float error (cases that agree)", "{:.3g}"),
+        "decision_flips": ("cases differing by a near-threshold decision flip", "{:.0f}"),
+        "mismatches": ("cases differing otherwise (real mismatches)", "{:.0f}"),
     }
     for key, value in parity.items():
         label, fmt = labels.get(key, (key, "{:.4g}"))
         table.add_row(_t(label), fmt.format(value))
     return table
+
+
+def _flips(report: ConversionReport) -> Panel:
+    lines = []
+    for f in report.flips:
+        where = f"{f.site}: torch {f.torch_value}, JAX {f.jax_value}, margin {f.margin:.3g}" if f.site else \
+            "same decisions, different values"
+        verdict = (f"near-threshold flip: the margin is within the observed float error {f.float_error:.3g}, "
+                   "so float rounding (torch vs XLA) decided it, not the conversion") if f.near_threshold else \
+            "MISMATCH: not explained by float rounding"
+        lines.append(f"• case {f.case}: {where} — {verdict}")
+    real = sum(not f.near_threshold for f in report.flips)
+    return Panel(_t("\n".join(lines)), title="cases that differ from torch",
+                 border_style="red" if real else "yellow")
 
 
 def _rewritten_table(report: ConversionReport) -> Table:
@@ -170,6 +187,8 @@ def report_renderable(report: ConversionReport, *, top_ops: int = 12) -> Rendera
         parts.append(Panel(text, title="warnings", border_style="yellow"))
     if report.parity:
         parts.append(_parity(report.parity))
+    if report.flips:
+        parts.append(_flips(report))
     return Group(*parts)
 
 

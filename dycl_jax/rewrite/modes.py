@@ -70,11 +70,11 @@ def staging() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def tracing() -> Iterator[list[tuple[str, Any]]]:
+def tracing(into: list | None = None) -> Iterator[list[tuple[str, Any]]]:
     """Record the decisions taken in eager mode: (site, bool) per if, (site, index) per switch,
-    one (site, bool) per evaluation of a dynamic loop's condition."""
+    one (site, bool) per evaluation of a dynamic loop's condition (appended to `into` if given)."""
     previous = _S.decisions
-    _S.decisions = decisions = []
+    _S.decisions = decisions = [] if into is None else into
     try:
         with constants.tracked():  # constant-built tensors: decided while tracing, as when staged
             yield decisions

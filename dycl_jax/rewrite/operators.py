@@ -12,7 +12,9 @@ variables assigned on one path only can get placeholders where that is sound.
 """
 from __future__ import annotations
 
+import contextvars
 import dataclasses
+import functools
 import sys
 from typing import Any, Callable, Sequence
 
@@ -52,6 +54,21 @@ def _pred(p: Any, site: Site) -> torch.Tensor:
 
 # ---------------------------------------------------------------- branches
 
+def _check_kept_aliases(site: Site, values: dict, frame: Any) -> None:
+    """Refuse a construct whose output may stay the same tensor as another name on one path,
+    when one of the two is updated in place later: torch's update reaches both there."""
+    local = frame.f_locals
+    for n, m in site.kept_aliases:
+        t = values.get(n)
+        if isinstance(t, torch.Tensor) and local.get(m) is t:
+            raise AliasedUpdateError(
+                f"{site.construct}: `{n}` is the same tensor as `{m}` before it and stays so on a path that "
+                f"leaves `{n}` unchanged; one of them is updated in place later while the other is still read, "
+                f"which torch applies to both on that path only, and a converted construct gives `{n}` a new tensor",
+                location=site.location,
+                fix=f"copy first (`{n} = {m}.clone()` before it) if `{m}` must not change, or update `{m}` by name")
+
+
 def _check_aliases(site: Site, frame: Any) -> None:
     """Refuse a branch that updates a tensor in place while another name read later holds the
     same tensor: torch changes both, a converted branch only rebinds the name it updates."""
@@ -79,11 +96,13 @@ def cond(pred: Any, true_fn: Callable, false_fn: Callable, inputs: tuple, site: 
     exit_only = isinstance(pred, ExitOnly) or site.kind == "guard"
     pred = static(pred.pred if isinstance(pred, ExitOnly) else pred)
     if not isinstance(pred, torch.Tensor):
-        return (true_fn if pred else false_fn)(*inputs)
+        return _as_python(true_fn if pred else false_fn, inputs)
     if modes.current() == "plain":
         return (true_fn if bool(pred) else false_fn)(*inputs)
     if site.owned:
         _check_aliases(site, sys._getframe(1))
+    if site.kept_aliases:
+        _check_kept_aliases(site, sys._getframe(1).f_locals, sys._getframe(1))
     if exit_only and site.dead_on_exit:
         false_fn = with_dead(false_fn, site)
     if padding.selects(site):
@@ -103,6 +122,8 @@ def switch(pred_fns: Sequence[Callable[[], Any]], fns: Sequence[Callable], input
         return fns[-1](*inputs)
     if site.owned:
         _check_aliases(site, sys._getframe(1))
+    if site.kept_aliases:
+        _check_kept_aliases(site, sys._getframe(1).f_locals, sys._getframe(1))
     candidates: list[tuple[int, Any]] = []
     for i, pf in enumerate(pred_fns):
         p = pf()
@@ -111,12 +132,12 @@ def switch(pred_fns: Sequence[Callable[[], Any]], fns: Sequence[Callable], input
             candidates.append((i, p))
         elif p:
             if not candidates:  # decided by Python before any tensor predicate
-                return fns[i](*inputs)
+                return _as_python(fns[i], inputs)
             candidates.append((i, True))
             break
     else:
         if not candidates:
-            return fns[-1](*inputs)
+            return _as_python(fns[-1], inputs)
         candidates.append((len(fns) - 1, True))
     return _choose(site, candidates, fns, inputs)
 
@@ -132,6 +153,32 @@ def ifexp(test: Any, true_fn: Callable, false_fn: Callable, inputs: tuple, site:
     return out[0]
 
 
+# True while a branch that Python decided runs: it is plain Python, so an in-place update must
+# reach every alias of the tensor (no private copy, `own`); a graph branch inside it resets this
+_PYTHON_BRANCH: contextvars.ContextVar[bool] = contextvars.ContextVar("dycl_python_branch", default=False)
+
+
+def _as_python(fn: Callable, inputs: tuple) -> tuple:
+    token = _PYTHON_BRANCH.set(True)
+    try:
+        return fn(*inputs)
+    finally:
+        _PYTHON_BRANCH.reset(token)
+
+
+def _graph_construct(op: Callable) -> Callable:
+    """An operator that may trace its functions as graph branches or a loop body: `own` copies there."""
+    @functools.wraps(op)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        token = _PYTHON_BRANCH.set(False)
+        try:
+            return op(*args, **kwargs)
+        finally:
+            _PYTHON_BRANCH.reset(token)
+    return run
+
+
+@_graph_construct
 def _choose(site: Site, candidates: list[tuple[int, Any]], fns: Sequence[Callable], inputs: tuple,
             exit_only: bool = False) -> tuple:
     mode = modes.current()
@@ -166,19 +213,25 @@ def _subsite(site: Site, indices: list[int]) -> Site:
 
 # ---------------------------------------------------------------- loops
 
+@_graph_construct
 def while_loop(test_fn: Callable, body_fn: Callable, carry: tuple, invariants: tuple, site: Site) -> tuple:
     """`while test: body` with the loop variables `carry` (returned) and read-only `invariants`."""
     carry = tuple(carry)
     mode = modes.current()
+    frame = sys._getframe(2)  # the user's function (this operator is wrapped once)
     while True:  # Python iterations until the test is a tensor
         if mode == "staging":
             with modes.dry_run((carry, invariants)) as (c, inv):
                 probe = static(test_fn(*c, *inv))  # no graph nodes for a test that is only looked at
             if isinstance(probe, torch.Tensor):
+                if site.kept_aliases:
+                    _check_kept_aliases(site, dict(zip(site.names, carry)), frame)
                 plan, tensors = staged.loop(site, test_fn, body_fn, carry, invariants, lambda t: _pred(t, site))
                 return plan.rebuild(tensors)
         test = static(test_fn(*carry, *invariants))
         if isinstance(test, torch.Tensor) and mode != "plain":
+            if site.kept_aliases:
+                _check_kept_aliases(site, dict(zip(site.names, carry)), frame)
             break
         if not test:
             return carry
@@ -291,7 +344,10 @@ def stop(*flags: Any) -> bool:
 
 def own(x: Any) -> Any:
     """A private copy of a tensor a branch updates in place (graph branches may not mutate inputs),
-    or of a list / dict / set it appends to (each path gets its own; the cond joins them)."""
+    or of a list / dict / set it appends to (each path gets its own; the cond joins them). In a
+    branch Python decided, the object itself: only that path runs, with Python's aliasing."""
+    if _PYTHON_BRANCH.get():
+        return x
     if isinstance(x, torch.Tensor) and _traced():
         return x.clone()
     if type(x) in (list, dict, set) and _traced():

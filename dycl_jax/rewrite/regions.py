@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import math
 import os
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Protocol, Sequence
 
 from dycl_jax.errors import Location
+from dycl_jax.rewrite import modes
+from dycl_jax.rewrite.decisions import Decision
 from dycl_jax.rewrite.plan import Undefined
 from dycl_jax.rewrite.sites import Site
 
@@ -64,6 +67,7 @@ _PLAIN_ISLANDS: contextvars.ContextVar[frozenset | None] = contextvars.ContextVa
 
 _EXECUTOR: contextvars.ContextVar[Executor | None] = contextvars.ContextVar("dycl_executor", default=None)
 _DECISIONS: contextvars.ContextVar[list | None] = contextvars.ContextVar("dycl_host_decisions", default=None)
+_MARGINS: contextvars.ContextVar[dict] = contextvars.ContextVar("dycl_host_margins", default={})
 
 
 class executing:
@@ -83,14 +87,19 @@ class executing:
 
 
 @contextlib.contextmanager
-def recording_decisions() -> Iterator[list[tuple[str, bool]]]:
-    """Collect (site label, value) for every host decision at a data-dependent site."""
-    decisions: list[tuple[str, bool]] = []
-    token = _DECISIONS.set(decisions)
+def recording_decisions() -> Iterator[list[Decision]]:
+    """Collect (site label, value) for every host decision at a data-dependent site, with the
+    margin of a predicate a compiled region computed (see `note_margin`), and the decisions made
+    inside compiled regions and islands (`record_compiled`), in program order."""
+    decisions: list[Decision] = []
+    token, margins, previous = _DECISIONS.set(decisions), _MARGINS.set({}), _Log.decisions
+    _Log.decisions = decisions
     try:
         yield decisions
     finally:
         _DECISIONS.reset(token)
+        _MARGINS.reset(margins)
+        _Log.decisions = previous
 
 
 def run_statements(spec: RegionSpec, fns: Sequence[Callable], values: Sequence[Any], ins: Sequence[str],
@@ -118,6 +127,10 @@ def island(spec: RegionSpec, fn: Callable, values: tuple) -> Any:
     hosted = _PLAIN_ISLANDS.get()
     if hosted is not None and spec.label in hosted:
         return NOT_STAGED  # mirror a host where this island did not stage
+    decisions = _DECISIONS.get()
+    if decisions is not None:  # the decisions the staged island makes, as the rewritten program's trace has them
+        with modes.tracing(decisions):
+            return fn(*values)
     return fn(*values)  # plain Python: the staged rewrite runs Python semantics
 
 
@@ -143,5 +156,29 @@ def decide(value: Any, site: Site) -> bool:
     taken = bool(value)
     decisions = _DECISIONS.get()
     if decisions is not None:
-        decisions.append((site.label, taken))
+        decisions.append(Decision(site.label, taken, _MARGINS.get().get(id(value), (None, math.nan))[1]))
     return taken
+
+
+class _Log:
+    """The decision list being recorded, for callbacks from compiled programs (JAX may run them on
+    its own threads, where context variables do not reach; dispatch calls hold one lock)."""
+
+    decisions: list | None = None
+
+
+def record_compiled(site: str, value: Any, margin: float) -> None:
+    """A decision made inside a compiled region or island (its lowered cond / while reports it)."""
+    if _Log.decisions is not None:
+        _Log.decisions.append(Decision(site, value, margin))
+
+
+def note_margin(value: Any, margin: float) -> None:
+    """While recording decisions: `value` (a predicate a region computed) is `margin` from flipping.
+    (Keyed by identity: the value is kept alive with it, so its id is not reused meanwhile.)"""
+    if _DECISIONS.get() is not None:
+        _MARGINS.get()[id(value)] = (value, margin)
+
+
+def recording_margins() -> bool:
+    return _DECISIONS.get() is not None

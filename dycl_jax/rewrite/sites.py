@@ -30,6 +30,10 @@ class Site:
     # in-place update must not be lost on another live name for the same tensor (operators.py)
     owned: tuple[str, ...] = ()
     live_after: tuple[str, ...] = ()
+    # (n, m): output n, left unchanged on some path, may still be the tensor m holds, and one of
+    # them is updated in place later while the other is read: torch's update reaches both on
+    # that path, a converted construct's fresh output does not (operators.py refuses it)
+    kept_aliases: tuple[tuple[str, str], ...] = ()
     # a join of the method's own return value in a method with an unrolled loop: its leaves that
     # differ in shape between the paths are padded (padding.py); the exit flags its test takes in
     pad: bool = False

@@ -8,6 +8,7 @@ from flax import nnx
 
 from dycl_jax.lower.int_ranges import int_scope
 from dycl_jax.lower.ops.control_flow import differentiable, recording
+from dycl_jax.rewrite.decisions import Decision
 from dycl_jax.rewrite.regions import recording_decisions
 from dycl_jax.runtime.signature import CallSignature
 from dycl_jax.runtime.state import flat_values
@@ -55,7 +56,7 @@ class JaxModel:
         self._finish = finish or (lambda out: out)
         # Decision tracing compiles a second program whose lax ops report to this log; the
         # callback is bound when JAX traces, so it must stay the same object across calls.
-        self._trace_log: list[tuple[str, Any]] = []
+        self._trace_log: list[Decision] = []
         # (a distinct function object, so JAX's trace cache never hands back the plain program)
         traced = lambda state, tensors: fn(state, tensors)  # noqa: E731
         self._trace_call = jax.jit(traced) if jit else traced
@@ -89,23 +90,25 @@ class JaxModel:
             with differentiable():
                 return self._unflatten(self._fn(flat_values(state, self._paths), tensors))
 
-    def trace(self, *args: Any) -> tuple[Any, list[tuple[str, Any]]]:
+    def trace(self, *args: Any) -> tuple[Any, list[Decision]]:
         """Run and return (outputs, decisions): each branch taken and each loop test, in order.
 
         Decisions are (site, value) pairs, e.g. ("if@model.py:42", True); the same list the
-        rewritten torch program yields (see `dycl_jax.rewrite.api.run_torch_trace`).
+        rewritten torch program yields (see `dycl_jax.rewrite.api.run_torch_trace`). Each is a
+        `Decision`, a pair that also has `.margin`: how far the predicate was from flipping
+        (|lhs - rhs| of its comparisons; nan where unknown; see `dycl_jax.rewrite.decisions`).
         """
         with int_scope(self.x64):
             return self._traced(args)
 
-    def _traced(self, args: tuple) -> tuple[Any, list[tuple[str, Any]]]:
+    def _traced(self, args: tuple) -> tuple[Any, list[Decision]]:
         tensors = self.signature.bind(args)
         if self.host == "dispatch":  # decisions are made in Python: the host records them as it goes
             with recording_decisions() as decisions:
                 outs = self._call(self._state_values(), tensors)
             return outs, list(decisions)
         self._trace_log.clear()
-        with recording(lambda site, value: self._trace_log.append((site, value))):
+        with recording(lambda site, value, margin: self._trace_log.append(Decision(site, value, margin))):
             outs = self._trace_call(self._state_values(), tensors)
         jax.block_until_ready(outs)
         jax.effects_barrier()  # callbacks may still be in flight after the result is ready

@@ -11,19 +11,22 @@ import torch
 import torch.fx
 
 from dycl_jax.errors import DyclError
-from dycl_jax.lower.interpreter import LoweredGraph, current_loop_bound, current_site, node_location
+from dycl_jax.lower.interpreter import (LoweredGraph, current_env, current_loop_bound, current_node, current_site,
+                                       node_location)
+from dycl_jax.lower.margins import margin
 from dycl_jax.lower.registry import register
 from dycl_jax.source import origins
 
-# While set, the lowerings below report each decision to this callback as (site, value).
+# While set, the lowerings below report each decision to this callback as (site, value, margin),
+# the margin as lower/margins.py computes it from the predicate's graph (nan: none).
 # It is read when JAX traces the program, so a traced program must be jitted separately.
-_RECORDER: contextvars.ContextVar[Callable[[str, Any], None] | None] = contextvars.ContextVar(
+_RECORDER: contextvars.ContextVar[Callable[[str, Any, float], None] | None] = contextvars.ContextVar(
     "dycl_recorder", default=None
 )
 
 
 @contextlib.contextmanager
-def recording(callback: Callable[[str, Any], None]) -> Iterator[None]:
+def recording(callback: Callable[[str, Any, float], None]) -> Iterator[None]:
     """Trace programs that report every branch decision and loop test to `callback`."""
     token = _RECORDER.set(callback)
     try:
@@ -56,13 +59,23 @@ def differentiable() -> Iterator[None]:
 _IN_CHAIN: contextvars.ContextVar[str | None] = contextvars.ContextVar("dycl_in_chain", default=None)
 
 
-def _record(value: jax.Array) -> None:
+def _record(value: jax.Array, margin: Any = None) -> None:
     recorder = _RECORDER.get()
     if recorder is None:
         return
     site = current_site()
+    m = jnp.asarray(jnp.nan if margin is None else margin, jnp.float32)
     # ordered=True keeps decisions in program order, also inside loops and branches
-    jax.debug.callback(lambda v: recorder(site, v.item()), value, ordered=True)
+    jax.debug.callback(lambda v, m: recorder(site, v.item(), m.item()), value, m, ordered=True)
+
+
+def _pred_margin(i: int = 0, j: int | None = None) -> Any:
+    """The margin of argument i (its item j) of the control-flow node being lowered (while recording only)."""
+    node, env = current_node(), current_env()
+    if _RECORDER.get() is None or node is None or env is None:
+        return None
+    arg = node.args[i] if j is None else node.args[i][j]
+    return margin(arg, env)
 
 
 def _pred(p: Any) -> jax.Array:
@@ -99,9 +112,10 @@ def cond(pred: Any, true_graph: LoweredGraph, false_graph: LoweredGraph, operand
     if not origins.is_decision(site):
         pass  # an internal exit-flag guard of the rewrite, not a user decision
     elif not chain:
-        _record(p)
+        _record(p, _pred_margin())
     elif _IN_CHAIN.get() != site:
-        _record(jnp.asarray(operands[0]))
+        # the chain's path index is operand 0; its margin is that of the tests computing it
+        _record(jnp.asarray(operands[0]), _pred_margin(3, 0))
     token = _IN_CHAIN.set(site if chain else None)
     try:
         return jax.lax.cond(p, lambda ops: true_graph(*ops), lambda ops: false_graph(*ops), operands)
@@ -124,8 +138,11 @@ def while_loop(
     extra = tuple(additional)
 
     def test(carry: tuple[Any, ...]) -> jax.Array:
-        p = _pred(cond_graph(*carry, *extra)[0])
-        _record(p)
+        if _RECORDER.get() is None:
+            return _pred(cond_graph(*carry, *extra)[0])
+        outs, margins = cond_graph.with_margins(*carry, *extra)
+        p = _pred(outs[0])
+        _record(p, margins[0])
         return p
 
     def body(carry: tuple[Any, ...]) -> tuple[Any, ...]:

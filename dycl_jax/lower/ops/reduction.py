@@ -75,17 +75,27 @@ def min_all(x):
     return jnp.min(x)
 
 
-# jnp.argmax/argmin return the first index on ties and treat NaN as the extreme, like torch
+def _arg_extreme(find, x, dim, keepdim):
+    # lax.argmax/argmin return the first index on ties and treat NaN as the extreme, like torch.
+    # The index is computed as int32 (sizes are below 2**31) and widened by the caller's cast:
+    # jnp.argmax asks for int64 inside a 64-bit scope, which XLA lowering outside that scope (a
+    # user's `jax.jit(jm.apply)`) turns into a type mismatch.
+    if dim is None or x.ndim == 0:
+        idx = find(x.reshape(-1), 0, jnp.int32)
+        return idx.reshape((1,) * x.ndim) if keepdim else idx
+    axis = norm_dim(dim, x.ndim)
+    idx = find(x, axis, jnp.int32)
+    return jnp.expand_dims(idx, axis) if keepdim else idx
+
+
 @register(aten.argmax.default)
 def argmax(x, dim=None, keepdim=False):
-    axis = None if dim is None or x.ndim == 0 else norm_dim(dim, x.ndim)
-    return jnp.argmax(x, axis=axis, keepdims=keepdim)
+    return _arg_extreme(jax.lax.argmax, x, dim, keepdim)
 
 
 @register(aten.argmin.default)
 def argmin(x, dim=None, keepdim=False):
-    axis = None if dim is None or x.ndim == 0 else norm_dim(dim, x.ndim)
-    return jnp.argmin(x, axis=axis, keepdims=keepdim)
+    return _arg_extreme(jax.lax.argmin, x, dim, keepdim)
 
 
 def _any(x, dim=None, keepdim=False):

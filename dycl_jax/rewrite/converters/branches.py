@@ -39,8 +39,41 @@ def signature(live: Liveness, bodies: list[list[ast.stmt]], live_after: set[str]
     for body, acc in zip(bodies, accs):
         reads |= live.entry(body) & (acc.reads | acc.mutates)
     inputs = sorted((reads | set(outputs)) & live.locals)
-    owned = [acc.mutates & set(inputs) for acc in accs]
+    owned = [(acc.mutates | nested_owned(body)) & set(inputs) for body, acc in zip(bodies, accs)]
     return Signature(inputs, outputs, owned)
+
+
+def nested_owned(body: list[ast.stmt]) -> set[str]:
+    """Names that a construct already converted inside `body` updates in place: its generated
+    functions begin with `n = own(n)` for them, and take them under the same names. The
+    enclosing construct updates them too (so it copies them, or refuses a live alias)."""
+    names: set[str] = set()
+    for node in (n for s in body for n in ast.walk(s)):
+        if isinstance(node, ast.FunctionDef) and getattr(node, "_dycl_generated", False):
+            for st in node.body:
+                if not (isinstance(st, ast.Assign) and isinstance(st.value, ast.Call)
+                        and isinstance(st.value.func, ast.Attribute) and st.value.func.attr == "own"):
+                    break
+                names |= {t.id for t in st.targets if isinstance(t, ast.Name)}
+    return names
+
+
+def kept_aliases(live: Liveness, bodies: list[list[ast.stmt]], outputs: list[str], after: set[str],
+                 always_unchanged: bool = False) -> tuple[tuple[str, str], ...]:
+    """Pairs (n, m) of `Site.kept_aliases`: n an output that some body does not rebind (or every
+    output, for a loop that may not run), m live after the construct, and a statement of the
+    function that updates one of them in place while the other is live after it."""
+    binds = [block_access(b).binds for b in bodies]
+    unchanged = [n for n in outputs if always_unchanged or any(n not in b for b in binds)]
+    if not unchanged:
+        return ()
+    hazards: set[frozenset] = set()
+    for node in live.cfg.nodes:
+        for n in node.acc.mutates & live.locals:
+            live_out = set().union(*(s.live_in for s in node.succ)) if node.succ else set()
+            hazards |= {frozenset((n, m)) for m in live_out - {n}}
+    return tuple(sorted((n, m) for n in unchanged for m in after & live.locals
+                        if m != n and not m.startswith("_dycl_") and frozenset((n, m)) in hazards))
 
 
 def own_prefix(names: set[str], at: ast.AST) -> list[ast.stmt]:

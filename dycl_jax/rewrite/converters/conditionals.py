@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import ast
 
-from dycl_jax.rewrite.converters.branches import check_body, liveness, own_prefix, signature
+from dycl_jax.rewrite.converters.branches import check_body, kept_aliases, liveness, own_prefix, signature
 from dycl_jax.rewrite.converters.flags import dead_on_exit
 from dycl_jax.rewrite.templates import (Context, assign, function, lambda_, last_assignment_line, locate, name,
                                         op_call, tuple_of)
@@ -53,10 +53,11 @@ def convert_if(node: ast.If, block: list[ast.stmt], scope: ast.FunctionDef, ctx:
     dead = dead_on_exit(node, sig.outputs, live, ctx) if len(tests) == 1 else ()
     owned = set().union(*sig.owned)
     live_after = tuple(sorted(n for n in live.after(node) & live.locals if not n.startswith("_dycl_"))) if owned else ()
+    kept = kept_aliases(live, bodies, sig.outputs, live.after(node))
     pad = ctx.unroll is not None and scope is ctx.src.tree  # the method's own joins (padding.py)
     flags = tuple(sorted(getattr(node, "_dycl_flags", ())))
     site = ctx.add_site(kind, node.lineno, tuple(sig.outputs), paths, lines, dead, tuple(sorted(owned)), live_after,
-                        pad, flags)
+                        kept, pad, flags)
     stem = ctx.fresh("if" if kind != "elif" else "case")
     fns = []
     for k, (body, owned) in enumerate(zip(bodies, sig.owned)):

@@ -4,7 +4,7 @@ from __future__ import annotations
 import ast
 
 from dycl_jax.analysis.scopes import access, block_access
-from dycl_jax.rewrite.converters.branches import check_body, liveness, own_prefix
+from dycl_jax.rewrite.converters.branches import check_body, kept_aliases, liveness, nested_owned, own_prefix
 from dycl_jax.rewrite.templates import Context, assign, function, last_assignment_line, locate, op_call, tuple_of
 
 
@@ -20,11 +20,12 @@ def convert_while(node: ast.While, block: list[ast.stmt], scope: ast.FunctionDef
     invariants = sorted((reads & at_header) - set(carried))
     params = carried + invariants
     lines = (tuple(None for _ in carried), tuple(last_assignment_line(node.body, v) for v in carried))
+    kept = kept_aliases(live, [node.body], carried, live.after(node), always_unchanged=True)
     site = ctx.add_site("while", node.lineno, tuple(carried), ("value before the loop", "value after an iteration"),
-                        lines)
+                        lines, kept_aliases=kept)
     stem = ctx.fresh("while")
     test_fn = function(f"{stem}_test", params, [locate(ast.Return(value=node.test), node)], None)
-    body_fn = function(f"{stem}_body", params, own_prefix(body_acc.mutates & set(carried), node) + node.body, carried)
+    body_fn = function(f"{stem}_body", params, own_prefix((body_acc.mutates | nested_owned(node.body)) & set(carried), node) + node.body, carried)
     for fn in (test_fn, body_fn):
         fn._dycl_generated = True  # type: ignore[attr-defined]
         locate(ast.copy_location(fn, node), node)
