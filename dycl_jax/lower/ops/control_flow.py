@@ -11,6 +11,7 @@ import torch
 import torch.fx
 
 from dycl_jax.errors import DyclError
+from dycl_jax.lower.batching import batchable_cond
 from dycl_jax.lower.interpreter import (LoweredGraph, current_env, current_loop_bound, current_node, current_site,
                                        node_location)
 from dycl_jax.lower.margins import margin
@@ -118,6 +119,9 @@ def cond(pred: Any, true_graph: LoweredGraph, false_graph: LoweredGraph, operand
         _record(jnp.asarray(operands[0]), _pred_margin(3, 0))
     token = _IN_CHAIN.set(site if chain else None)
     try:
+        if _DIFFERENTIABLE.get() and _RECORDER.get() is None:  # apply(): what users vmap and differentiate
+            return batchable_cond(p, lambda *ops: tuple(true_graph(*ops)), lambda *ops: tuple(false_graph(*ops)),
+                                  operands)
         return jax.lax.cond(p, lambda ops: true_graph(*ops), lambda ops: false_graph(*ops), operands)
     except TypeError:
         # lax.cond refuses branches that differ in shape or dtype; say which output and where
@@ -137,7 +141,7 @@ def while_loop(
 ) -> tuple[Any, ...]:
     extra = tuple(additional)
 
-    def test(carry: tuple[Any, ...]) -> jax.Array:
+    def test(carry: tuple[Any, ...], extra: tuple[Any, ...] = extra) -> jax.Array:
         if _RECORDER.get() is None:
             return _pred(cond_graph(*carry, *extra)[0])
         outs, margins = cond_graph.with_margins(*carry, *extra)
@@ -145,7 +149,7 @@ def while_loop(
         _record(p, margins[0])
         return p
 
-    def body(carry: tuple[Any, ...]) -> tuple[Any, ...]:
+    def body(carry: tuple[Any, ...], extra: tuple[Any, ...] = extra) -> tuple[Any, ...]:
         out = body_graph(*carry, *extra)
         # torch keeps carry dtypes fixed; JAX needs them bit-identical (weak types included)
         return tuple(jnp.asarray(o, dtype=c.dtype).reshape(c.shape) for o, c in zip(out, carry))
@@ -153,6 +157,11 @@ def while_loop(
     carry0 = tuple(jnp.asarray(c) for c in carried)
     bound = current_loop_bound()
     if bound is not None and _DIFFERENTIABLE.get() and _RECORDER.get() is None:
-        step = lambda _, c: jax.lax.cond(test(c), body, lambda c: c, c)  # noqa: E731
+        n = len(carry0)
+
+        def step(_: Any, c: tuple[Any, ...]) -> tuple[Any, ...]:
+            # the loop-invariant inputs go in as operands, so a vmap keeps them unbatched
+            return batchable_cond(test(c), lambda *a: body(a[:n], a[n:]), lambda *a: tuple(a[:n]), (*c, *extra))
+
         return jax.lax.fori_loop(0, bound, step, carry0)
     return jax.lax.while_loop(test, body, carry0)

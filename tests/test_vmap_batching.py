@@ -1,0 +1,91 @@
+"""vmap of `jm.apply` over single samples: per-sample paths equal torch's, weights never batched."""
+from __future__ import annotations
+
+import os
+import pathlib
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import functools
+
+import pytest
+import torch
+from flax import nnx
+
+import dycl_jax
+from examples.dynn import load
+
+SAMPLES = 8
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+@functools.lru_cache(maxsize=None)
+def _converted(name: str):
+    mod = load(name)
+    model, args = mod.example()
+    return mod, model, args, dycl_jax.to_jax(model, args)
+
+
+def _stack(inputs: list[tuple]) -> list[np.ndarray]:
+    return [np.stack([args[i].numpy() for args in inputs]) for i in range(len(inputs[0]))]
+
+
+def _eqn_shapes(jaxpr: jax.extend.core.Jaxpr) -> set[tuple[int, ...]]:
+    """Every intermediate shape in a jaxpr, sub-jaxprs (cond branches, loop bodies) included."""
+    shapes = set()
+    for eqn in jaxpr.eqns:
+        shapes.update(tuple(v.aval.shape) for v in eqn.outvars if hasattr(v.aval, "shape"))
+        for param in eqn.params.values():
+            for sub in param if isinstance(param, (list, tuple)) else (param,):
+                inner = getattr(sub, "jaxpr", sub)
+                if isinstance(inner, jax.extend.core.Jaxpr):
+                    shapes |= _eqn_shapes(inner)
+    return shapes
+
+
+@pytest.mark.parametrize("name", ["shallow_deep", "skipnet_ff", "act"])
+def test_vmap_apply_matches_torch_per_sample(name: str) -> None:
+    mod, model, args, jm = _converted(name)
+    assert jm.host == "staged"
+    inputs = mod.inputs(SAMPLES)
+    paths = {mod.path_of(model, a) for a in inputs}
+    assert len(paths) >= 2, "the samples must take different paths for this test to mean anything"
+    state = nnx.state(jm.module)
+    batched = jax.jit(jax.vmap(jm.apply, in_axes=(None,) + (0,) * len(args)))(state, *_stack(inputs))
+    for i, a in enumerate(inputs):
+        with torch.no_grad():
+            want = jax.tree.leaves(model(*a))
+        got = [np.asarray(leaf[i]) for leaf in jax.tree.leaves(batched)]
+        assert len(got) == len(want)
+        for g, w in zip(got, want):
+            w = np.asarray(w) if not isinstance(w, torch.Tensor) else w.numpy()
+            if np.issubdtype(w.dtype, np.floating):
+                np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)
+            else:  # exit ids, step counts, masks: exactly
+                np.testing.assert_array_equal(g.astype(w.dtype), w)
+
+
+def test_vmap_keeps_weights_unbatched() -> None:
+    # lax.cond's own vmap broadcasts every operand, the parameters too, to the batch
+    mod, model, args, jm = _converted("skipnet_ff")
+    state = nnx.state(jm.module)
+    x = _stack(mod.inputs(SAMPLES))
+    single = _eqn_shapes(jax.make_jaxpr(jm.apply)(state, x[0][0]).jaxpr)
+    # a weight shape that is also an activation shape (a (1, C, 1, 1) gate) says nothing
+    weights = {tuple(v.shape) for v in jax.tree.leaves(state) if np.ndim(v) >= 2} - single
+    assert weights
+    jaxpr = jax.make_jaxpr(jax.vmap(jm.apply, in_axes=(None, 0)))(state, *x)
+    per_sample = {(SAMPLES,) + w for w in weights} & _eqn_shapes(jaxpr.jaxpr)
+    assert not per_sample, f"parameters broadcast per sample: {sorted(per_sample)}"
+    assert jaxpr.jaxpr.eqns  # the program was traced
+
+
+def test_data_parallel_on_eight_devices() -> None:
+    # a fresh process: the device count is fixed when JAX's backend starts
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, str(ROOT / "tests" / "sharded_run.py")], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "sharded ok" in done.stdout
