@@ -21,7 +21,7 @@ from torch.fx.experimental.proxy_tensor import disable_proxy_modes_tracing
 from torch.utils._mode_utils import no_dispatch
 
 from dycl_jax.errors import DyclError
-from dycl_jax.rewrite import constants, lifting, padding, plan as plans
+from dycl_jax.rewrite import constants, lifting, names, padding, plan as plans
 from dycl_jax.rewrite.sites import Site
 
 
@@ -146,6 +146,7 @@ def choice(site: Site, preds: list[torch.Tensor], indices: list[int], fns: list[
     plan, pads = padding.unify(site, values, placeholders) if site.pad else (plans.build(site, values, placeholders), None)
     if plan.n_tensors == 0:
         return plan, []
+    names.record(site.label, plan.tensor_names(site))
 
     keep = _used([t.gm for t in traced], 0)  # operands some branch reads (most model state is not)
     kept = [ops.tensors[i] for i in keep]
@@ -209,6 +210,7 @@ def loop(site: Site, test_fn: Callable, body_fn: Callable, carry: tuple, invaria
         init = [t.clone() for t in init]
         final = Operands(plan.rebuild(init), invariants, carried=1)
 
+    names.record(site.label, plan.tensor_names(site))
     test_gm = trace(lambda *a: (as_pred(test_fn(*a)),), ops)
     keep = _used([test_gm.gm, body.gm], n)  # invariants and state the loop reads
 
