@@ -83,6 +83,15 @@ def _output_names(site: str, count: int) -> list[str]:
     return [f"{_where(site)} out {k}" for k in range(count)]
 
 
+def _named_operands(operands: list[Value], label: str) -> list[Value]:
+    """A cond's operands by the names the rewrite recorded for them, where the recorded list
+    lines up with the node (same length, model state in the same places); else as found."""
+    recorded = rewrite_names.inputs(label, len(operands))
+    if recorded is None or any((r is None) != v.state for r, v in zip(recorded, operands)):
+        return operands
+    return [v if r is None else Value(rewrite_names.readable(r)) for r, v in zip(recorded, operands)]
+
+
 def _out_count(node: torch.fx.Node) -> int:
     val = node.meta.get("val")
     return len(val) if isinstance(val, (list, tuple)) else 1
@@ -102,9 +111,7 @@ class _Namer:
                 subs = [a for a in node.args if isinstance(a, torch.fx.Node) and a.op == "get_attr"]
                 # operands: cond(pred, then, else, ops); while_loop(test, body, carry, extra)
                 if node.target is _COND:
-                    operands = [self.value(env, o) for o in node.args[3]]
-                    if label.startswith("elif@") and operands:  # an elif chain's operand 0 (rewrite/staged.py)
-                        operands[0] = Value("(path index)")
+                    operands = _named_operands([self.value(env, o) for o in node.args[3]], label)
                     given_sub = [operands] * len(subs)
                 else:
                     carry = [Value(n) for n in outs]

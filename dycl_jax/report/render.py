@@ -93,7 +93,7 @@ def state_summary(paths: list[str]) -> str:
         common.append(level[0])
     if common:
         return f"{len(paths)} in {'.'.join(common)}"
-    tops = list(dict.fromkeys(p[0] for p in parts))
+    tops = list(dict.fromkeys(p[0] if len(p) > 1 else "(model)" for p in parts))
     return f"{len(paths)} in {_short_list(tops, 2)}"
 
 

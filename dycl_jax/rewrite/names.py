@@ -1,9 +1,10 @@
-"""The user's variable names of each staged construct's tensor outputs, for the report.
+"""The user's variable names of each staged construct's tensor outputs and operands, for the report.
 
 A `cond` / `while_loop` node of the captured graph returns a flat list of tensors; the output
-plan (plan.py) knows which variable each one belongs to. The staging operators record that
-list here under the site's label, and the report names the node's outputs (and the branch
-graphs' inputs that come from them) by it.
+plan (plan.py) knows which variable each one belongs to, and the branch functions' inputs
+(liveness, converters/conditionals.py) which variable each operand is. The staging operators
+record both here under the site's label; the report names the node's operands and outputs by
+them where the recorded list lines up with the graph node (report/naming.py checks it).
 """
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import threading
 from dycl_jax.rewrite.sites import RETFLAG, RETVAL
 
 _NAMES: dict[tuple[str, int], tuple[str, ...]] = {}
+_INPUTS: dict[tuple[str, int], tuple[str | None, ...]] = {}
 _LOCK = threading.Lock()
 
 
@@ -39,3 +41,14 @@ def record(label: str, names: list[str]) -> None:
 def outputs(label: str, count: int) -> tuple[str, ...] | None:
     """The recorded names of a construct with `count` tensor outputs, if known."""
     return _NAMES.get((label, count))
+
+
+def record_inputs(label: str, names: list[str | None]) -> None:
+    """The operands of the cond at `label`, in order: a variable's name, None for model state."""
+    with _LOCK:
+        _INPUTS[(label, len(names))] = tuple(names)
+
+
+def inputs(label: str, count: int) -> tuple[str | None, ...] | None:
+    """The recorded operand names of a cond with `count` operands, if known."""
+    return _INPUTS.get((label, count))

@@ -80,6 +80,22 @@ class Operands:
             self.tensors.append(t)
         return self._where[id(t)]
 
+    def names(self, inputs: tuple[str, ...]) -> list[str | None]:
+        """Per operand, the user variable of the first group it comes from (`xs[1]` for a leaf of
+        a list); None for model state. Where `inputs` does not name the group: None too."""
+        out: list[str | None] = [None] * len(self.tensors)
+        leaves, spec, pos, _ = self.groups[0] if self.groups else ([], None, [], [])
+        if spec is None or spec.num_children != len(inputs):
+            return out
+        owner: list[str] = []
+        for name, child in zip(inputs, spec.children_specs):
+            n = child.num_leaves
+            owner += [name] if n == 1 and child.is_leaf() else [f"{name}[{k}]" for k in range(n)]
+        for i, k in pos:
+            if k < self.n_user and out[k] is None and i < len(owner):
+                out[k] = owner[i]
+        return out
+
     def call(self, fn: Callable, ops: tuple[torch.Tensor, ...]) -> Any:
         """fn(*group0, *group1, ...) on values rebuilt from operands, with the state swapped in."""
         args: list[Any] = []
@@ -150,6 +166,8 @@ def choice(site: Site, preds: list[torch.Tensor], indices: list[int], fns: list[
 
     keep = _used([t.gm for t in traced], 0)  # operands some branch reads (most model state is not)
     kept = [ops.tensors[i] for i in keep]
+    given = [ops.names(site.inputs)[i] for i in keep]
+    names.record_inputs(site.label, given if len(fns) == 2 and site.kind != "elif" else ["(path index)", *given])
 
     def branch(t: Traced, skip: int) -> Callable:
         return lambda *o: plan.flatten(padding.apply(pads, tuple(t.replay(_expand(ops.tensors, keep, o[skip:])))))
