@@ -37,7 +37,7 @@ def assert_legible(text: str, report: ConversionReport) -> None:
     table = lines[start + 3:end]
     whole = {w.strip(",;") for sub in report.subnetworks for w in " ".join(sub.inputs + sub.outputs).split()}
     for line in table:
-        for scrap in re.split(r"\s{2,}", line.strip()):
+        for scrap in filter(None, re.split(r"\s{2,}", line.strip())):
             assert len(scrap) > 2 or scrap.replace(".", "").isdigit() or scrap in whole, (scrap, line)
     for sub in report.subnetworks:
         shown = compact_names(sub.inputs)[:3] + compact_names(sub.outputs)[:3]  # the cells list three
