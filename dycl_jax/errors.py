@@ -60,3 +60,7 @@ class CallError(DyclError):
 
 class DecodeBoundError(DyclError):
     """A decode loop unrolled for `max_len` needed more iterations than that for this input."""
+
+
+class UsageError(DyclError):
+    """Bad command-line input: a missing module, file or factory, a bad shape or dtype."""

@@ -30,10 +30,8 @@ os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {_XLA_FLAGS}".stri
 ASYNC_DISPATCH = "--async-dispatch" in sys.argv[1:]
 
 import argparse  # noqa: E402
-import itertools  # noqa: E402
 import json  # noqa: E402
 import math  # noqa: E402
-import statistics  # noqa: E402
 import time  # noqa: E402
 import warnings  # noqa: E402
 from dataclasses import asdict, dataclass, field, replace  # noqa: E402
@@ -58,7 +56,9 @@ from _bench_dispatch import HostWork, UnitCosts, host_work, unit_costs  # noqa: 
 from _bench_models import Entry, discover, leading_dim, repeat_batch, to_jax_args  # noqa: E402
 
 from dycl_jax import JaxModel, to_jax  # noqa: E402
-from dycl_jax.cli import call_example, compare, extra_cases, load_entry  # noqa: E402
+from dycl_jax.command.bench import interleaved  # noqa: E402
+from dycl_jax.command.targets import extra_cases, load_target  # noqa: E402
+from dycl_jax.report.parity import compare  # noqa: E402
 from dycl_jax.rewrite.api import run_torch_trace  # noqa: E402
 
 STATIC_BATCHES = (1, 32)
@@ -77,26 +77,6 @@ class Row:
     max_abs_diff: float | None = None  # float outputs, first case
     note: str = ""
     error: str = ""
-
-
-def interleaved(fns: list[Callable], cases: list[list], runs: int, warmup: int) -> list[float]:
-    """Median seconds of each `fns[j](*cases[j][k])` over `runs` rounds, after `warmup` rounds.
-
-    A round calls every function once on the same input k (cycling over the inputs), in an
-    order that cycles through all orders: each function follows each other equally often, so
-    none always inherits the caches another one left (for two: they alternate going first).
-    """
-    times: list[list[float]] = [[] for _ in fns]
-    orders = list(itertools.permutations(range(len(fns))))
-    for i in range(warmup + runs):
-        k = i % len(cases[0])
-        for j in orders[i % len(orders)]:
-            start = time.perf_counter()
-            fns[j](*cases[j][k])
-            elapsed = time.perf_counter() - start
-            if i >= warmup:
-                times[j].append(elapsed)
-    return [statistics.median(t) for t in times]
 
 
 def _blocking(jm: Callable) -> Callable:
@@ -181,8 +161,8 @@ def bench_static(entry: Entry, model: Any, args: tuple, module: Any, ns: argpars
 
 def bench_entry(entry: Entry, ns: argparse.Namespace) -> list[Row]:
     try:
-        module, fn = load_entry(str(entry.path))
-        model, args = call_example(fn)
+        target = load_target(str(entry.path))
+        module, model, args = target.module, target.model, target.args
         model.eval()
         return bench_static(entry, model, args, module, ns)
     except Exception as exc:  # report the failure in the table and go on with the next model
@@ -296,8 +276,8 @@ def bench_hosts(entry: Entry, ns: argparse.Namespace) -> DynnRow:
     """Torch eager vs every host of `entry.kind`, at batch 1 over the example's inputs."""
     row = DynnRow(entry.name, entry.kind)
     try:
-        module, fn = load_entry(str(entry.path))
-        model, args = call_example(fn)
+        target = load_target(str(entry.path))
+        module, model, args = target.module, target.model, target.args
         model.eval()
         cases = extra_cases(module, ns.cases) or [args]
         row.cases = len(cases)

@@ -1,4 +1,4 @@
-"""The `dycl-jax` command line, run as a subprocess and through main(argv)."""
+"""The `dycl-jax` command line: targets, input specs, exit statuses, golden text at 80 columns."""
 from __future__ import annotations
 
 import json
@@ -10,10 +10,13 @@ import textwrap
 from pathlib import Path
 
 import pytest
+import torch
 
 from dycl_jax.cli import main
+from dycl_jax.command import progress
 
 ROOT = Path(__file__).resolve().parents[1]
+GOLDEN = Path(__file__).parent / "golden"
 
 _GOOD = '''
 import torch
@@ -30,6 +33,10 @@ class TwoMatMuls(torch.nn.Module):
 def example():
     torch.manual_seed(0)
     return TwoMatMuls(), (torch.randn(3, 4),)
+
+def build():
+    torch.manual_seed(0)
+    return TwoMatMuls()
 
 def inputs(n, seed=0):
     g = torch.Generator().manual_seed(seed)
@@ -51,81 +58,130 @@ def _(x):
 class Twice(torch.nn.Module):
     def forward(self, x):
         return twice(x)  # the located line
-
-def example():
-    return Twice(), (torch.randn(2, 3),)
 '''
 
 
-def _write(tmp_path: Path, name: str, text: str) -> Path:
-    path = tmp_path / name
+def _write(folder: Path, name: str, text: str) -> Path:
+    path = folder / name
     path.write_text(textwrap.dedent(text))
     return path
 
 
 def _run(*args: str) -> subprocess.CompletedProcess:
-    # wide columns so rich never wraps a path inside the error panel
-    env = {**os.environ, "COLUMNS": "250"}
-    return subprocess.run(
-        [sys.executable, "-m", "dycl_jax.cli", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
-    )
+    env = {**os.environ, "COLUMNS": "120", "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", "dycl_jax.cli", *args], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=300)
 
 
-def test_convert_subprocess_writes_report_and_json(tmp_path):
-    src = _write(tmp_path, "good.py", _GOOD)
-    out_json = tmp_path / "report.json"
-    proc = _run("convert", str(src), "--check", "5", "--json", str(out_json))
-    assert proc.returncode == 0, proc.stderr
-    assert "TwoMatMuls.forward" in proc.stdout
-    assert "sub-networks" in proc.stdout and "host control flow" in proc.stdout
-    data = json.loads(out_json.read_text())
-    assert data["model"] == "TwoMatMuls"
-    assert data["parity"]["cases"] == 6  # the example args plus inputs(5)
-    assert data["parity"]["float_outputs"] == 1
-    assert data["parity"]["max_abs_diff"] < 1e-4
+@pytest.fixture
+def columns80(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
+
+
+def _scrub(text: str) -> str:
+    """Timings and the float error vary from run to run (and the error's digits set the parity
+    table's width): the golden text holds a placeholder for each timing and for that table."""
+    text = re.sub(r"(│)( +\d+\.\d{3})( │)$", lambda m: f"{m[1]}{'t.ttt':>{len(m[2])}}{m[3]}", text, flags=re.M)
+    return re.sub(r"^parity vs torch.*?┘\n", "(parity table)\n", text, flags=re.M | re.S)
+
+
+def test_convert_golden_at_80_columns(columns80, capsys, monkeypatch):
+    seen: list[str] = []
+    original = progress.Stages.__call__
+    monkeypatch.setattr(progress.Stages, "__call__", lambda self, stage: (seen.append(stage), original(self, stage)))
+    assert main(["convert", "tests/cli_models.py:gated", "--input-shape", "2x8", "--check", "3"]) == 0
+    captured = capsys.readouterr()
+    text = _scrub(captured.out)
+    path = GOLDEN / "cli_convert_gated_80.txt"
+    if os.environ.get("DYCL_UPDATE_GOLDEN"):
+        path.write_text(text)
+    assert text == path.read_text()
+    assert "parity ok: 4 inputs match torch" in captured.err
+    assert seen[:2] == ["rewrite + capture", "lower"] and seen[-2].startswith("first call")
+    assert seen[-1] == "parity check against torch (4 inputs)"
+
+
+def test_module_factory_class_and_example_file(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    _write(tmp_path, "cli_factories.py", _GOOD)
+    # the example-file form: example() gives (model, args), inputs(n) the --check cases
+    assert main(["convert", "cli_factories.py", "--check", "2", "--json", "e.json"]) == 0
+    data = json.loads((tmp_path / "e.json").read_text())
+    assert data["parity"]["cases"] == 3 and data["parity"]["max_abs_diff"] < 1e-4
     assert data["timings"]["first_call_s"] > 0
+    assert main(["convert", "cli_factories:TwoMatMuls", "--input-shape", "3x4", "--check", "2", "--json",
+                 "r.json"]) == 0
+    data = json.loads((tmp_path / "r.json").read_text())
+    assert data["inputs"] == ["x: float32[B, 4]"] and data["parity"]["cases"] == 3
+    torch.save((torch.randn(5, 4),), tmp_path / "ex.pt")
+    capsys.readouterr()
+    assert main(["convert", "cli_factories.py:build", "--example", "ex.pt", "--check", "1", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)  # --json without a file: the record on stdout, no tables
+    assert data["parity"]["cases"] == 2 and data["subnetworks"][0]["inputs"] == ["x"]
 
 
-def test_convert_via_main(tmp_path, capsys, monkeypatch):
-    monkeypatch.setenv("COLUMNS", "200")
-    src = _write(tmp_path, "good_main.py", _GOOD.replace("def example", "def build"))
-    assert main(["convert", f"{src}:build", "--check", "0"]) == 0
-    out = capsys.readouterr().out
-    assert "TwoMatMuls.forward" in out and "parity vs torch" in out
-    assert re.search(r"input cases compared\s*│\s*1\b", out)
-
-
-def test_bad_path_exits_2(tmp_path, capsys, monkeypatch):
-    monkeypatch.setenv("COLUMNS", "200")
-    missing = tmp_path / "missing.py"
-    assert main(["convert", str(missing)]) == 2
-    err = capsys.readouterr().err
-    assert "missing.py: no such Python file" in err
-
-
-def test_file_without_the_function_exits_2(tmp_path, capsys, monkeypatch):
-    monkeypatch.setenv("COLUMNS", "200")
-    src = _write(tmp_path, "nofn.py", "x = 1\n")
-    assert main(["convert", str(src)]) == 2
-    assert re.search(r"nofn\.py defines no function example\(\)", capsys.readouterr().err)
-
-
-def test_file_that_fails_to_import_exits_2(tmp_path, capsys, monkeypatch):
-    monkeypatch.setenv("COLUMNS", "200")
-    src = _write(tmp_path, "broken.py", "import not_a_module_dycl\n")
-    assert main(["convert", str(src)]) == 2
-    assert re.search(r"importing .*broken\.py failed: ModuleNotFoundError", capsys.readouterr().err)
-
-
-def test_dycl_error_exits_2_with_location(tmp_path):
+def test_refused_conversion_exits_1_with_location(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")  # no wrapping inside the panel
     src = _write(tmp_path, "unsupported.py", _UNSUPPORTED.format(name="sub"))
-    proc = _run("convert", str(src))
-    assert proc.returncode == 2, proc.stdout + proc.stderr
-    assert "UnsupportedOpError" in proc.stderr
-    assert "no JAX lowering for ATen operator dycl_cli_test.sub.default" in proc.stderr
+    assert main(["convert", f"{src}:Twice", "--input-shape", "2x3"]) == 1
+    err = capsys.readouterr().err
+    assert "UnsupportedOpError" in err and "dycl_cli_test.sub.default" in err
     line = 1 + textwrap.dedent(_UNSUPPORTED).splitlines().index("        return twice(x)  # the located line")
-    assert f"unsupported.py:{line}" in proc.stderr
-    assert "return twice(x)" in proc.stderr
+    assert f"unsupported.py:{line}" in err and "return twice(x)" in err
+
+
+def test_parity_failure_exits_2(capsys):
+    assert main(["convert", "tests/cli_models.py:Drift", "--input-shape", "2x3", "--check", "1"]) == 2
+    captured = capsys.readouterr()
+    assert "parity FAILED: 2 of 2 inputs differ from torch" in captured.err
+    assert "MISMATCH" in captured.out
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["convert", "no_such_module_dycl:build", "--input-shape", "2"], "no module named 'no_such_module_dycl'"),
+    (["convert", "tests/cli_models.py:nothing", "--input-shape", "2"], "defines no function nothing()"),
+    (["convert", "cli_models:nothing", "--input-shape", "2"], "cli_models defines no nothing"),
+    (["convert", "tests/missing.py"], "tests/missing.py: no such Python file"),
+    (["convert", "tests/cli_models.py:Drift", "--input-shape", "2xq"], "bad shape '2xq'"),
+    (["convert", "tests/cli_models.py:Drift", "--input-shape", "2", "--dtype", "float33"], "unknown dtype 'float33'"),
+    (["convert", "tests/cli_models.py:Drift", "--input-shape", "2", "--input-shape", "3", "--dtype", "int32",
+      "--dtype", "bool", "--dtype", "int8"], "2 --input-shape but 3 --dtype"),
+    (["convert", "tests/cli_models.py:Drift", "--example", "tests/none.pt"], "tests/none.pt: no such file"),
+    (["convert", "tests/cli_models.py:Drift"], "gives a model but no example inputs"),
+    (["convert", "tests/cli_models.py:Block", "--input-shape", "2x8"], None),  # width has a default: builds
+    (["convert", "x.py", "--host", "fast"], "invalid choice: 'fast'"),
+    (["frobnicate"], "invalid choice: 'frobnicate'"),
+])
+def test_usage_errors_exit_3_in_one_line(argv, message, capsys):
+    if message is None:
+        assert main(argv + ["--check", "0"]) == 0
+        return
+    try:
+        status = main(argv)
+    except SystemExit as exc:  # argparse's own errors
+        status = exc.code
+    assert status == 3
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1, err
+
+
+def test_help_documents_exit_statuses(capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["convert", "--help"])
+    assert info.value.code == 0
+    out = capsys.readouterr().out
+    for status in ("0  ok", "1  conversion refused", "2  parity failure", "3  usage error"):
+        assert status in out
+
+
+def test_bench_subprocess():
+    # a subprocess: bench pins the process to one core and one thread; also `python -m dycl_jax.cli`
+    proc = _run("bench", "torch.nn:Tanh", "--input-shape", "4x8", "--runs", "3", "--warmup", "1", "--check", "1")
+    assert proc.returncode == 0, proc.stderr
+    assert "torch ms" in proc.stdout and "Tanh" in proc.stdout
+    row = next(line for line in proc.stdout.splitlines() if "Tanh" in line)
+    assert re.search(r"staged\s*│\s*\d+\.\d{3}\s*│\s*\d+\.\d{3}", row)
 
 
 def test_ops_counts_every_registered_lowering(capsys):
@@ -136,10 +192,3 @@ def test_ops_counts_every_registered_lowering(capsys):
     out = capsys.readouterr().out
     assert f"{len(registered())} registered lowerings" in out
     assert re.search(r"linalg\s*│\s*\d+", out)
-
-
-@pytest.mark.parametrize("argv", [["convert"], ["frobnicate"], ["convert", "x.py", "--host", "fast"]])
-def test_usage_errors_exit_2(argv, capsys):
-    with pytest.raises(SystemExit) as info:
-        main(argv)
-    assert info.value.code == 2

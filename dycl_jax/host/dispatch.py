@@ -101,6 +101,17 @@ class _NewAttributes(Exception):
     """A capture found module attributes the program writes: retry with them as state."""
 
 
+def _leaf_names(ins: tuple[str, ...], tree: Any, wanted: list[int]) -> list[str]:
+    """The user's name of each wanted leaf of `((values of ins), attrs)`: `x`, `xs[1]`, ..."""
+    vals, _ = jax.tree_util.tree_unflatten(tree, list(range(tree.num_leaves)))
+    names: dict[int, str] = {}
+    for name, v in zip(ins, vals):
+        idx = jax.tree_util.tree_leaves(v)
+        for k, i in enumerate(idx):
+            names[i] = name if len(idx) == 1 else f"{name}[{k}]"
+    return [names.get(i, "(module attribute)") for i in wanted]
+
+
 @dataclass
 class Compiled:
     """One captured signature of a part: a shared jitted program plus how to feed and unpack it."""
@@ -240,6 +251,9 @@ class DispatchHost:
         self.regions: dict[int, RegionState] = {}
         self.executables: dict[str, Callable] = {}  # graph fingerprint -> shared jitted program
         self.graphs: dict[str, LoweredGraph] = {}  # graph fingerprint -> its lowered graph (for the report)
+        # per shared jitted program (id of Compiled.fn): the user's names of its tensor inputs
+        # and outputs as the first part that compiled it calls them (for the report)
+        self.io_names: dict[int, tuple[list[str], list[str]]] = {}
         self.margin_programs: dict[str, Callable] = {}  # the same, also returning predicate margins
         self.captures = 0
         self.attrs = DynamicAttributes(root)
@@ -429,6 +443,7 @@ class DispatchHost:
             if self.attrs.register(changes):
                 raise _NewAttributes()
             entry = self._compile(spec, cap, leaves)
+            self.io_names.setdefault(id(entry.fn), (_leaf_names(part.ins, tree, entry.tensor_leaves), list(part.outs)))
             outs, new_attrs = entry.run(self._state, leaves)
             jax.block_until_ready(jax.tree_util.tree_leaves(outs))
         except _NewAttributes:

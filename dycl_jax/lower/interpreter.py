@@ -40,15 +40,21 @@ def _user_frames(node: torch.fx.Node) -> list[tuple[str, int, str]]:
     ]
 
 
-def node_location(node: torch.fx.Node) -> Location | None:
-    """The user's file:line that produced `node`, from the stack trace torch.export recorded."""
+def user_locations(node: torch.fx.Node) -> list[Location]:
+    """The user's frames that produced `node`, innermost first (the report names values by them)."""
+    out = []
     for file, line, code in reversed(_user_frames(node)):
         if not file.startswith(_GENERATED):
-            return Location(file, line, code)
-        loc = origins.resolve(file, line)  # a rewritten method: map back to the user's line
-        if loc is not None:
-            return loc
-    return None
+            out.append(Location(file, line, code))
+        elif (loc := origins.resolve(file, line)) is not None:  # a rewritten method: the user's line
+            out.append(loc)
+    return out
+
+
+def node_location(node: torch.fx.Node) -> Location | None:
+    """The user's file:line that produced `node`, from the stack trace torch.export recorded."""
+    locs = user_locations(node)
+    return locs[0] if locs else None
 
 
 def node_site(node: torch.fx.Node) -> str:

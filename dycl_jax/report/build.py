@@ -7,52 +7,85 @@ import torch
 import torch.fx
 import torch.utils._pytree as pytree
 
-from dycl_jax.capture.export import CapturedProgram
+from torch.export.graph_signature import InputKind
+
+from dycl_jax.capture.export import CapturedProgram, StateEntry, _strip
 from dycl_jax.lower.interpreter import LoweredGraph, node_location
-from dycl_jax.report.record import ConversionReport, HostNode, RewrittenFunction, SubNetwork
+from dycl_jax.report.naming import NamedGraph, Value, flat, module_of, name_program
+from dycl_jax.report.record import ConversionReport, HostNode, ParamGroup, RewrittenFunction, SubNetwork
 from dycl_jax.rewrite.api import RewriteRecord
 from dycl_jax.source.origins import is_decision
-
-_CONTROL = {"cond", "while_loop"}
-
 
 def _op_name(node: torch.fx.Node) -> str:
     return str(getattr(node.target, "__name__", node.target)).replace("aten.", "")
 
 
-def _subnetwork(graph: LoweredGraph) -> SubNetwork:
+def _subnetwork(named: NamedGraph) -> SubNetwork:
+    graph = named.graph
     ops: Counter[str] = Counter(_op_name(s.node) for s in graph.steps)
-    lines = sorted({f"{loc.file.rsplit('/', 1)[-1]}:{loc.line}" for s in graph.steps if (loc := node_location(s.node))})
-    outs = graph.output_node.args[0] if graph.output_node is not None else ()
+    lines = sorted({f"{loc.file.rsplit('/', 1)[-1]}:{loc.line}" for s in graph.steps if (loc := node_location(s.node))},
+                   key=_line_key)
+    variables = list(dict.fromkeys(v.name for v in named.inputs if not v.state))
     return SubNetwork(
-        name=graph.name,
+        name=named.title,
         num_nodes=len(graph.steps),
-        inputs=[p.name for p in graph.placeholders],
-        outputs=[getattr(o, "name", str(o)) for o in (outs if isinstance(outs, (list, tuple)) else [outs])],
+        inputs=variables,
+        outputs=named.outputs,
         ops=dict(ops),
         source_lines=lines,
+        id=named.id,
+        graph=graph.name,
+        state=list(dict.fromkeys(v.name for v in named.inputs if v.state)),
     )
 
 
-def _host_tree(graph: LoweredGraph) -> HostNode:
-    node = HostNode("graph", f"{graph.name} ({len(graph.steps)} ops)")
-    for step in graph.steps:
-        name = _op_name(step.node)
-        if name in _CONTROL:
-            loc = node_location(step.node)
-            where = f" at {loc.file.rsplit('/', 1)[-1]}:{loc.line}" if loc else ""
-            subs = [a for a in step.node.args if isinstance(a, torch.fx.Node) and a.op == "get_attr"]
-            child = HostNode(name, f"{name}{where}")
-            child.children = [_host_tree(graph.attrs[s]) for s in subs if isinstance(graph.attrs.get(s), LoweredGraph)]
-            node.children.append(child)
+def _line_key(where: str) -> tuple[str, int]:
+    file, _, line = where.rpartition(":")
+    return (file, int(line)) if line.isdigit() else (where, 0)
+
+
+def _host_tree(named: NamedGraph) -> HostNode:
+    node = HostNode("graph", f"{named.id} {named.title} ({len(named.graph.steps)} ops)")
+    by_node: dict[int, HostNode] = {}
+    for child in named.children:
+        if child.construct not in by_node:  # the graphs of one control node hang under it
+            kind = "while_loop" if child.title.startswith(("test of while", "body of while")) else "cond"
+            by_node[child.construct] = HostNode(kind, site_title(child.site))
+            node.children.append(by_node[child.construct])
+        by_node[child.construct].children.append(_host_tree(child))
     return node
 
 
-def _all_graphs(graph: LoweredGraph) -> list[LoweredGraph]:
-    out = [graph]
-    for sub in graph.subgraphs():
-        out.extend(_all_graphs(sub))
-    return out
+def site_title(label: str) -> str:
+    """`if@m.py:12` → `if at m.py:12`; early-exit guards say what they are."""
+    kind, _, where = label.partition("@")
+    words = {"guard": "early-exit guard", "elif": "if/elif chain", "ifexp": "conditional expression"}
+    return f"{words.get(kind, kind)} at {where}" if where else label
+
+
+def param_groups(entries: list[StateEntry]) -> list[ParamGroup]:
+    """Parameters and buffers by owning module path, in state order."""
+    groups: dict[str, ParamGroup] = {}
+    for e in entries:
+        g = groups.setdefault(module_of(e.path), ParamGroup(module_of(e.path), 0, 0))
+        if e.kind == "param":
+            g.params += 1
+            g.values += e.tensor.numel()
+        else:
+            g.buffers += 1
+    return list(groups.values())
+
+
+def _placeholder_values(cap: CapturedProgram) -> list[Value]:
+    """The top graph's placeholders in order: state paths, and the method's inputs by name."""
+    inputs = iter(cap.inputs)
+    values = []
+    for spec in cap.ep.graph_signature.input_specs:
+        if spec.kind == InputKind.USER_INPUT:
+            values.append(Value(next(inputs).name))
+        else:
+            values.append(Value(_strip(spec.target or spec.arg.name), state=True))
+    return values
 
 
 def _describe_outputs(cap: CapturedProgram) -> str:
@@ -98,7 +131,8 @@ def build_report(
     timings: dict[str, float],
     rewrite: RewriteRecord | None = None,
 ) -> ConversionReport:
-    graphs = _all_graphs(graph)
+    named = name_program(graph, f"{model_name}.{method}", _placeholder_values(cap))
+    graphs = [n.graph for n in flat(named)]
     params = [e for e in cap.state if e.kind == "param"]
     ops: Counter[str] = Counter()
     for g in graphs:
@@ -112,11 +146,12 @@ def build_report(
         num_params=sum(e.tensor.numel() for e in params),
         num_param_arrays=len(params),
         num_buffers=len(cap.state) - len(params),
-        subnetworks=[_subnetwork(g) for g in graphs],
-        host_tree=_host_tree(graph),
+        subnetworks=[_subnetwork(g) for g in flat(named)],
+        host_tree=_host_tree(named),
         op_counts=ops,
         timings=timings,
         warnings=[w for f in (rewrite.functions if rewrite else []) for w in f.warnings],
         rewritten=_rewritten(rewrite),
+        param_groups=param_groups(cap.state),
         unrolled=[u for f in (rewrite.functions if rewrite else []) for u in f.unrolled],
     )

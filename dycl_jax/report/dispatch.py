@@ -6,9 +6,13 @@ from collections import Counter
 
 from dycl_jax.capture.export import StateEntry
 from dycl_jax.host.dispatch import DIRECT, Compiled, DispatchHost
-from dycl_jax.report.build import _op_name, _rewritten, _subnetwork
+from dycl_jax.report.build import _op_name, _rewritten, _subnetwork, param_groups
+from dycl_jax.report.naming import NamedGraph, Value
 from dycl_jax.report.record import ConversionReport, HostNode
 from dycl_jax.rewrite.api import RewriteRecord
+from dycl_jax.rewrite.names import readable
+
+_KIND_WORDS = {"region": "statements", "island": "island", "tail island": "tail island"}
 from dycl_jax.runtime.signature import CallSignature
 
 
@@ -19,6 +23,49 @@ def _part_kind(spec, part) -> str:
     if "Compiled" in kinds:
         return "staged island"
     return "python" if kinds == {DIRECT} else "not run yet"
+
+
+def _where(spec, part) -> str:
+    first, last = spec.statements[part.first], spec.statements[part.stop - 1]
+    return f"{os.path.basename(spec.file)}:{first.line}" + (f"-{last.line}" if last.line != first.line else "")
+
+
+def _programs(host: DispatchHost) -> dict[int, tuple]:
+    """id of each shared jitted program -> (spec, part) of the first part that runs it."""
+    found: dict[int, tuple] = {}
+    for st in host.regions.values():
+        for part in st.parts:
+            for entry in part.cache.values():
+                if isinstance(entry, Compiled):
+                    found.setdefault(id(entry.fn), (st.spec, part))
+    return found
+
+
+def _named_regions(host: DispatchHost, state: list[StateEntry]) -> list[NamedGraph]:
+    """Each compiled region graph, named by its statements and with the user's input names."""
+    by_placeholder = {f"{k}_m_{e.path.replace('.', '_')}": e.path for e in state for k in ("p", "b", "c")}
+    programs = _programs(host)
+    named = []
+    for n, (fp, graph) in enumerate(host.graphs.items(), 1):
+        exe = host.executables.get(fp)
+        spec_part = programs.get(id(exe))
+        kind, _, where = graph.name.partition("@")
+        title = f"{_KIND_WORDS.get(kind, kind)} at {where}"
+        if spec_part is not None:
+            spec, part = spec_part
+            title = f"{_KIND_WORDS['tail island' if spec.tail else spec.kind]} at {_where(spec, part)}"
+        ins, outs = host.io_names.get(id(exe), ([], []))
+        # torch.export lifts every parameter of the model into each region: name those it reads
+        values = [Value(by_placeholder[p.name], state=True) for p in graph.placeholders
+                  if p.name in by_placeholder and p.users]
+        user = [p for p in graph.placeholders if p.name not in by_placeholder]
+        values += [Value(readable(a)) for a in (ins if len(ins) == len(user) else [p.name for p in user])]
+        item = NamedGraph(graph, str(n), title, "", values)
+        result = graph.output_node.args[0] if graph.output_node is not None else ()
+        leaves = list(result) if isinstance(result, (list, tuple)) else [result]
+        item.outputs = [readable(o) for o in outs] if len(outs) == len(leaves) else [getattr(o, "name", str(o)) for o in leaves]
+        named.append(item)
+    return named
 
 
 def _host_tree(host: DispatchHost, rewrite: RewriteRecord) -> HostNode:
@@ -35,8 +82,7 @@ def _host_tree(host: DispatchHost, rewrite: RewriteRecord) -> HostNode:
         spec = st.spec
         parent = next((n for f, n in zip(rewrite.functions, root.children) if f.file == spec.file), root)
         for part in st.parts:
-            first, last = spec.statements[part.first], spec.statements[part.stop - 1]
-            where = f"{os.path.basename(spec.file)}:{first.line}" + (f"-{last.line}" if last.line != first.line else "")
+            where = _where(spec, part)
             kind = _part_kind(spec, part)
             label = f"{kind}: {where} ({part.stop - part.first} statements, {len(part.cache)} signatures)"
             parent.children.append(HostNode(kind, label))
@@ -66,7 +112,7 @@ def build_dispatch_report(model_name: str, method: str, host: DispatchHost, sign
         num_params=sum(e.tensor.numel() for e in params),
         num_param_arrays=len(params),
         num_buffers=len(state) - len(params),
-        subnetworks=[_subnetwork(g) for g in graphs],
+        subnetworks=[_subnetwork(g) for g in _named_regions(host, state)],
         host_tree=_host_tree(host, rewrite),
         op_counts=ops,
         timings=dict(timings),
@@ -76,4 +122,5 @@ def build_dispatch_report(model_name: str, method: str, host: DispatchHost, sign
         host_statements=statements,
         captures=host.captures,
         compilations=host.compilations(),
+        param_groups=param_groups(state),
     )

@@ -7,7 +7,12 @@ from dataclasses import asdict, dataclass, field
 
 @dataclass
 class SubNetwork:
-    """A static sub-network: one fx graph with no control flow of its own."""
+    """A static sub-network: one fx graph with no control flow of its own.
+
+    `name` says what it is in the user's code (`then-branch of if at model.py:113`, or the
+    method); `inputs` / `outputs` are the user's variable names where the rewrite knows them;
+    `state` the parameter and buffer paths it reads; `id` its place in the host tree (`1.2`);
+    `graph` the fx graph's own name (`true_graph_0`)."""
 
     name: str
     num_nodes: int
@@ -15,6 +20,19 @@ class SubNetwork:
     outputs: list[str]
     ops: dict[str, int]
     source_lines: list[str] = field(default_factory=list)
+    id: str = ""
+    graph: str = ""
+    state: list[str] = field(default_factory=list)
+
+
+@dataclass
+class ParamGroup:
+    """The state one module owns directly: `layers.1.conv1: 2 params, 9,216 values`."""
+
+    module: str
+    params: int
+    values: int
+    buffers: int = 0
 
 
 @dataclass
@@ -87,6 +105,8 @@ class ConversionReport:
     compilations: int = 0
     # how torch.int64 is held (int32 where every value is proven to fit, else 64-bit) and why
     integers: str = ""
+    # parameters and buffers by the module that owns them, in state order
+    param_groups: list[ParamGroup] = field(default_factory=list)
     # decode loops unrolled for `max_len` (outputs padded, with lengths): "while@m.py:12 (at most 8 iterations)"
     unrolled: list[str] = field(default_factory=list)
 
@@ -110,4 +130,5 @@ def report_from_dict(data: dict) -> ConversionReport:
     fields["op_counts"] = Counter(data["op_counts"])
     fields["rewritten"] = [RewrittenFunction(**r) for r in data.get("rewritten", [])]
     fields["flips"] = [DecisionFlip(**f) for f in data.get("flips", [])]
+    fields["param_groups"] = [ParamGroup(**g) for g in data.get("param_groups", [])]
     return ConversionReport(**fields)

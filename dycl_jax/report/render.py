@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from io import StringIO
 
+from rich import box
 from rich.console import Console, Group, RenderableType
 from rich.markup import escape
 from rich.panel import Panel
@@ -10,7 +11,7 @@ from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
-from dycl_jax.report.record import ConversionReport, HostNode, SubNetwork
+from dycl_jax.report.record import ConversionReport, HostNode, ParamGroup, SubNetwork
 
 # Timings keys in pipeline order, with the label shown for each; unknown keys follow in order.
 _TIMING_LABELS = {
@@ -64,23 +65,91 @@ def _header(report: ConversionReport) -> Panel:
     return Panel(body, title=f"[bold]{escape(report.model)}.{escape(report.method)}[/bold]", title_align="left")
 
 
-def _subnetwork_table(subs: list[SubNetwork]) -> Table:
-    table = Table(title="sub-networks", title_justify="left", expand=False)
-    table.add_column("name", no_wrap=True)
-    table.add_column("nodes", justify="right")
-    table.add_column("inputs", overflow="fold")
-    table.add_column("outputs", overflow="fold")
-    table.add_column("top ops", overflow="fold")
-    table.add_column("user lines", overflow="fold")
+def compact_names(names: list[str]) -> list[str]:
+    """`xs[0], xs[1], xs[2], h, h` → `xs[0..2], h×2`: one entry per variable, in order."""
+    order: dict[str, list[str]] = {}
+    for n in names:
+        base, bracket, rest = n.partition("[")
+        order.setdefault(base if bracket and rest[:-1].isdigit() else n, []).append(rest[:-1] if bracket else "")
+    out = []
+    for base, idx in order.items():
+        numbers = sorted(int(i) for i in idx if i.isdigit())
+        if numbers and len(numbers) == len(idx):
+            out.append(f"{base}[{numbers[0]}]" if len(numbers) == 1 else f"{base}[{numbers[0]}..{numbers[-1]}]")
+        else:
+            out.append(base if len(idx) == 1 else f"{base}×{len(idx)}")
+    return out
+
+
+def state_summary(paths: list[str]) -> str:
+    """The state a sub-network reads, by top module: `13 in layers.1`, `67 in init_conv, layers, …`."""
+    if not paths:
+        return ""
+    parts = [p.split(".") for p in paths]
+    common = []
+    for level in zip(*[p[:-1] for p in parts]):
+        if len(set(level)) != 1:
+            break
+        common.append(level[0])
+    if common:
+        return f"{len(paths)} in {'.'.join(common)}"
+    tops = list(dict.fromkeys(p[0] if len(p) > 1 else "(model)" for p in parts))
+    return f"{len(paths)} in {_short_list(tops, 2)}"
+
+
+def _io_cell(names: list[str], state: list[str], wide: bool) -> Text:
+    shown = names if wide else compact_names(names)
+    text = ", ".join(shown) if wide else _short_list(shown, 3)
+    if state:
+        text = "; ".join(x for x in (text, "state: " + (", ".join(state) if wide else state_summary(state))) if x)
+    return _t(text or "-")
+
+
+def _subnetwork_table(subs: list[SubNetwork], wide: bool) -> Table:
+    table = Table(title="sub-networks", title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+    table.add_column("#", no_wrap=True)
+    # wide enough for the longest word of a name (a file:line, the method), so none is cut
+    longest = max((len(w) for sub in subs for w in sub.name.split()), default=20)
+    table.add_column("what it runs", min_width=min(30, max(20, longest)), ratio=3, overflow="fold")
+    table.add_column("ops", justify="right", no_wrap=True)
+    table.add_column("inputs", min_width=16, ratio=2, overflow="fold")
+    table.add_column("outputs", min_width=16, ratio=2, overflow="fold")
+    if wide:
+        table.add_column("fx graph", no_wrap=True)
+        table.add_column("top ops", min_width=16)
+        table.add_column("user lines", min_width=16)
     for sub in subs:
-        table.add_row(
-            _t(sub.name),
-            str(sub.num_nodes),
-            _t(f"{len(sub.inputs)}: {_short_list(sub.inputs, 2)}" if sub.inputs else "0"),
-            _t(_short_list(sub.outputs, 2)),
-            _t(_top_ops(sub.ops)),
-            _t(_short_list(sub.source_lines, 4) or "-"),
-        )
+        row = [_t(sub.id or "-"), _t(sub.name), str(sub.num_nodes), _io_cell(sub.inputs, sub.state, wide),
+               _io_cell(sub.outputs, [], wide)]
+        if wide:
+            row += [_t(sub.graph or "-"), _t(_top_ops(sub.ops, 99)), _t(", ".join(sub.source_lines) or "-")]
+        table.add_row(*row)
+    return table
+
+
+def _param_rows(report: ConversionReport, wide: bool, keep: int = 16) -> list[ParamGroup]:
+    """The groups, merged to shallower module paths until at most `keep` rows (all when wide)."""
+    groups = report.param_groups
+    depth = max((g.module.count(".") + 1 for g in groups), default=0)
+    while not wide and len(groups) > keep and depth > 1:
+        depth -= 1
+        merged: dict[str, ParamGroup] = {}
+        for g in groups:
+            key = ".".join(g.module.split(".")[:depth])
+            m = merged.setdefault(key, ParamGroup(key, 0, 0))
+            m.params, m.values, m.buffers = m.params + g.params, m.values + g.values, m.buffers + g.buffers
+        groups = list(merged.values())
+    return groups
+
+
+def _param_table(report: ConversionReport, wide: bool) -> Table:
+    table = Table(title="parameters by module", title_justify="left", box=box.SIMPLE_HEAD, show_edge=False,
+                  pad_edge=False)
+    table.add_column("module", min_width=20)
+    for col in ("params", "values", "buffers"):
+        table.add_column(col, justify="right", no_wrap=True)
+    for g in _param_rows(report, wide):
+        table.add_row(_t(g.module), str(g.params), f"{g.values:,}", str(g.buffers))
     return table
 
 
@@ -159,22 +228,27 @@ def _flips(report: ConversionReport) -> Panel:
                  border_style="red" if real else "yellow")
 
 
-def _rewritten_table(report: ConversionReport) -> Table:
-    table = Table(title="rewritten functions", title_justify="left")
-    for col in ("function", "defined at", "dynamic sites", "static sites", "patched on"):
-        table.add_column(col)
+def _rewritten(report: ConversionReport, wide: bool) -> Panel:
+    keep = 99 if wide else 4
+    lines = []
     for f in report.rewritten:
-        table.add_row(_t(f.name), _t(f.location), _t(_short_list(f.dynamic_sites, 4)),
-                      _t(_short_list(f.static_sites, 4)), _t(_short_list(f.patched, 2)))
-    return table
+        parts = [f"dynamic: {_short_list(f.dynamic_sites, keep) or '-'}"]
+        if f.static_sites:
+            parts.append(f"static: {_short_list(f.static_sites, keep)}")
+        if f.patched:
+            parts.append(f"runs as {_short_list(f.patched, 2 if not wide else 99)}")
+        lines.append(f"• {f.name} ({f.location}): " + "; ".join(parts))
+    return Panel(_t("\n".join(lines)), title="rewritten functions (decision sites)", title_align="left")
 
 
-def report_renderable(report: ConversionReport, *, top_ops: int = 12) -> RenderableType:
-    """The report as one rich renderable (the CLI prints it to a colour console)."""
+def report_renderable(report: ConversionReport, *, top_ops: int = 12, wide: bool = False) -> RenderableType:
+    """The report as one rich renderable (the CLI prints it to a colour console). `wide`: every
+    name and path in full, plus each sub-network's fx graph name, ops and user lines."""
     parts: list[RenderableType] = [
         _header(report),
-        _subnetwork_table(report.subnetworks),
-        *([_rewritten_table(report)] if report.rewritten else []),
+        _subnetwork_table(report.subnetworks, wide),
+        *([_param_table(report, wide)] if report.param_groups else []),
+        *([_rewritten(report, wide)] if report.rewritten else []),
         _host_tree(report),
         _histogram(report, top_ops),
         _timings(report),
@@ -192,9 +266,9 @@ def report_renderable(report: ConversionReport, *, top_ops: int = 12) -> Rendera
     return Group(*parts)
 
 
-def render_report(report: ConversionReport, *, width: int = 100, top_ops: int = 12) -> str:
+def render_report(report: ConversionReport, *, width: int = 100, top_ops: int = 12, wide: bool = False) -> str:
     """The report as plain text (no colour codes), `width` columns wide."""
     buf = StringIO()
     console = Console(file=buf, width=width, color_system=None, force_terminal=False, legacy_windows=False)
-    console.print(report_renderable(report, top_ops=top_ops))
+    console.print(report_renderable(report, top_ops=top_ops, wide=wide))
     return buf.getvalue()

@@ -131,6 +131,16 @@ class Plan:
             values.append(pytree.tree_unflatten(leaves, var.spec))
         return tuple(values)
 
+    def tensor_names(self, site: Site) -> list[str]:
+        """The variable each tensor travelling through the graph op belongs to (`xs[1]` for a
+        leaf of a list or tuple), in the op's output order: how the report names them."""
+        out: list[str] = []
+        for name, var in zip(site.names, self.vars):
+            tensors = [k for k, leaf in enumerate(var.leaves) if not leaf.const]
+            whole = var.spec is not None and var.spec.is_leaf()
+            out.extend(name if whole else f"{name}[{k}]" for k in tensors)
+        return out
+
     def kinds(self) -> list[tuple]:
         """Per leaf: tensor dtype and rank, or a Python value (compare with `kinds(values)`)."""
         out: list[tuple] = []

@@ -38,6 +38,8 @@ class Site:
     # differ in shape between the paths are padded (padding.py); the exit flags its test takes in
     pad: bool = False
     exit_flags: tuple[str, ...] = ()
+    # the variables passed to the branch functions, in order (a cond's operands; for the report)
+    inputs: tuple[str, ...] = ()
 
     @property
     def label(self) -> str:

@@ -21,7 +21,7 @@ from torch.fx.experimental.proxy_tensor import disable_proxy_modes_tracing
 from torch.utils._mode_utils import no_dispatch
 
 from dycl_jax.errors import DyclError
-from dycl_jax.rewrite import constants, lifting, padding, plan as plans
+from dycl_jax.rewrite import constants, lifting, names, padding, plan as plans
 from dycl_jax.rewrite.sites import Site
 
 
@@ -79,6 +79,22 @@ class Operands:
             self._where[id(t)] = len(self.tensors)
             self.tensors.append(t)
         return self._where[id(t)]
+
+    def names(self, inputs: tuple[str, ...]) -> list[str | None]:
+        """Per operand, the user variable of the first group it comes from (`xs[1]` for a leaf of
+        a list); None for model state. Where `inputs` does not name the group: None too."""
+        out: list[str | None] = [None] * len(self.tensors)
+        leaves, spec, pos, _ = self.groups[0] if self.groups else ([], None, [], [])
+        if spec is None or spec.num_children != len(inputs):
+            return out
+        owner: list[str] = []
+        for name, child in zip(inputs, spec.children_specs):
+            n = child.num_leaves
+            owner += [name] if n == 1 and child.is_leaf() else [f"{name}[{k}]" for k in range(n)]
+        for i, k in pos:
+            if k < self.n_user and out[k] is None and i < len(owner):
+                out[k] = owner[i]
+        return out
 
     def call(self, fn: Callable, ops: tuple[torch.Tensor, ...]) -> Any:
         """fn(*group0, *group1, ...) on values rebuilt from operands, with the state swapped in."""
@@ -146,9 +162,12 @@ def choice(site: Site, preds: list[torch.Tensor], indices: list[int], fns: list[
     plan, pads = padding.unify(site, values, placeholders) if site.pad else (plans.build(site, values, placeholders), None)
     if plan.n_tensors == 0:
         return plan, []
+    names.record(site.label, plan.tensor_names(site))
 
     keep = _used([t.gm for t in traced], 0)  # operands some branch reads (most model state is not)
     kept = [ops.tensors[i] for i in keep]
+    given = [ops.names(site.inputs)[i] for i in keep]
+    names.record_inputs(site.label, given if len(fns) == 2 and site.kind != "elif" else ["(path index)", *given])
 
     def branch(t: Traced, skip: int) -> Callable:
         return lambda *o: plan.flatten(padding.apply(pads, tuple(t.replay(_expand(ops.tensors, keep, o[skip:])))))
@@ -209,6 +228,7 @@ def loop(site: Site, test_fn: Callable, body_fn: Callable, carry: tuple, invaria
         init = [t.clone() for t in init]
         final = Operands(plan.rebuild(init), invariants, carried=1)
 
+    names.record(site.label, plan.tensor_names(site))
     test_gm = trace(lambda *a: (as_pred(test_fn(*a)),), ops)
     keep = _used([test_gm.gm, body.gm], n)  # invariants and state the loop reads
 

@@ -57,7 +57,7 @@ def convert_if(node: ast.If, block: list[ast.stmt], scope: ast.FunctionDef, ctx:
     pad = ctx.unroll is not None and scope is ctx.src.tree  # the method's own joins (padding.py)
     flags = tuple(sorted(getattr(node, "_dycl_flags", ())))
     site = ctx.add_site(kind, node.lineno, tuple(sig.outputs), paths, lines, dead, tuple(sorted(owned)), live_after,
-                        kept, pad, flags)
+                        kept, pad, flags, tuple(sig.inputs))
     stem = ctx.fresh("if" if kind != "elif" else "case")
     fns = []
     for k, (body, owned) in enumerate(zip(bodies, sig.owned)):
