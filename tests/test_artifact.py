@@ -19,6 +19,7 @@ import dycl_jax
 from dycl_jax.errors import CallError, DecodeBoundError, DyclError
 from examples.dynn import load
 from differential import assert_same  # pytest puts tests/ on sys.path
+from test_staged_decode import Unbounded  # a decode loop with only a tensor exit
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Loads every artifact and runs every input where `import torch` raises (sys.modules entry None),
@@ -47,25 +48,6 @@ for name, (path, inputs) in jobs.items():
 results["torch loaded"] = [m for m, v in sys.modules.items() if m.split(".")[0] == "torch" and v is not None]
 pickle.dump(results, open(sys.argv[2], "wb"))
 """
-
-
-class Unbounded(nn.Module):
-    """A decode loop with only a tensor exit: staged with max_len, cut off beyond it."""
-
-    def __init__(self):
-        super().__init__()
-        self.l = nn.Linear(2, 2)
-
-    def forward(self, x, limit):
-        acc = x
-        total = x.sum()
-        while True:
-            x = torch.tanh(self.l(x)) + 0.5
-            acc = torch.cat([acc, x], 0)
-            total = total + x.sum()
-            if total > limit:
-                break
-        return acc
 
 
 def _one_per_path(mod, model, n: int) -> list[tuple]:
@@ -121,6 +103,11 @@ def _same_decisions(want: list, got: list, label: str) -> None:
 def test_import_and_load_need_no_torch(artifacts) -> None:
     _, _, results, _ = artifacts
     assert results["torch loaded"] == []
+    # with torch importable, `import dycl_jax` still leaves it alone (no optional import either)
+    code = "import sys, dycl_jax; dycl_jax.DyclError; print(sorted(m for m in sys.modules if m.startswith('torch')))"
+    env = {**os.environ, "PYTHONPATH": ROOT}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.strip() == "[]", out.stderr[-2000:]
 
 
 @pytest.mark.parametrize("name", ["mlp", "shallow_deep", "act"])
@@ -177,7 +164,7 @@ def test_decode_artifact_trims_and_raises_beyond_max_len(artifacts) -> None:
             with pytest.raises(DecodeBoundError) as info:
                 jm(*args)
             assert run[:2] == ("error", "DecodeBoundError") and str(info.value) == run[2]
-            assert run[3].endswith("test_artifact.py")
+            assert run[3].endswith("test_staged_decode.py")
             continue
         assert_same(want, run[1], f"decode input {k}")
         _same_decisions(jm.trace(*args)[1], run[3], f"decode input {k}")

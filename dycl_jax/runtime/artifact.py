@@ -62,7 +62,7 @@ def write_artifact(jm: "JaxModel", path: str, trace_capacity: int = 4096) -> dic
         "output_avals": [_aval_json(a) for a in program.out_avals],
         "state": jm.state_paths,
         # every data-dependent site the rewrite found, and (site, value kind) by id in the trace's log
-        "decision_sites": [site for fn in jm.report().rewritten for site in fn.dynamic_sites],
+        "decision_sites": [site for fn in (jm._report.rewritten if jm._report else []) for site in fn.dynamic_sites],
         "trace": {"capacity": trace_capacity, "sites": [list(s) for s in log.sites]},
         "source": getattr(jm, "source", {}),
         "versions": {"jax": jax.__version__, "torch": torch.__version__, "dycl_jax": _version()},
@@ -78,8 +78,8 @@ def _version() -> str:
 
 
 def _export(fn: Any, state: list, inputs: list) -> jax_export.Exported:
-    """Export for CPU and CUDA where both lower; else for the platforms that do (JAX refuses
-    some lowerings for a platform whose plugin is not installed)."""
+    """Export for CPU and CUDA where both lower; else for this machine's platform (JAX refuses
+    some lowerings for a platform whose plugin is not installed; the manifest lists platforms)."""
     try:
         return jax_export.export(jax.jit(fn), platforms=PLATFORMS)(state, inputs)
     except Exception:  # noqa: BLE001 - retried for this machine's platform; a real failure raises again
