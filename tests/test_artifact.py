@@ -3,6 +3,7 @@ ORIGINAL torch model's outputs and `jm.trace`'s decisions on every path, at any 
 the signature allows it; a dispatch-host model is refused with a located error."""
 from __future__ import annotations
 
+import collections
 import json
 import math
 import os
@@ -17,6 +18,7 @@ import torch.nn as nn
 
 import dycl_jax
 from dycl_jax.errors import CallError, DecodeBoundError, DyclError
+from dycl_jax.rewrite.api import run_torch_trace
 from examples.dynn import load
 from differential import assert_same  # pytest puts tests/ on sys.path
 from test_staged_decode import Unbounded  # a decode loop with only a tensor exit
@@ -196,3 +198,50 @@ def test_load_refuses_a_directory_without_manifest(tmp_path) -> None:
     (tmp_path / "manifest.json").write_text(json.dumps({"format": "other/9"}))
     with pytest.raises(DyclError, match="format"):
         dycl_jax.load(str(tmp_path))
+
+
+Scored = collections.namedtuple("Scored", "logits score")
+
+
+class DictInDictOut(nn.Module):
+    """Research-style signature: a dict batch, a threshold baked in, a namedtuple, a list and a
+    Python number out; `x + y` ties the two batch dimensions to one symbol."""
+
+    def __init__(self):
+        super().__init__()
+        self.l = nn.Linear(4, 3)
+
+    def forward(self, batch, thr):
+        h = self.l(batch["x"]) * 2
+        if h.mean() > thr:
+            h = h + batch["y"]
+        return {"out": Scored(h, h.sum()), "list": [h.max(), 3], "n": 7}
+
+
+def test_structured_signature_round_trip_and_call_errors(tmp_path) -> None:
+    torch.manual_seed(0)
+    model = DictInDictOut().eval()
+    jm = dycl_jax.to_jax(model, ({"x": torch.randn(5, 4), "y": torch.randn(5, 3)}, 0.1))
+    man = jm.export(str(tmp_path / "a"))
+    assert man["batch"] == {"dim0": "symbolic", "symbols": {"0": "b", "1": "b"}}
+    loaded = dycl_jax.load(str(tmp_path / "a"))
+    g = torch.Generator().manual_seed(3)
+    branches = set()
+    for n, shift in ((9, -5.0), (2, 5.0)):  # batch sizes other than the example's; both branches
+        batch = {"x": torch.randn(n, 4, generator=g) + shift, "y": torch.randn(n, 3, generator=g)}
+        with torch.no_grad():
+            want = model(batch, 0.1)
+        got, decisions = loaded.trace({k: v.numpy() for k, v in batch.items()}, 0.1)
+        # a namedtuple comes back as one of its name and fields (the loader imports no user code)
+        assert type(got["out"]).__name__ == "Scored" and got["out"]._fields == Scored._fields
+        assert isinstance(got["list"], list)
+        assert_same(want, {**got, "out": Scored(*got["out"])}, f"batch {n}")
+        assert decisions == run_torch_trace(model, "forward", (batch, 0.1))[1]
+        branches.add(decisions[0][1])
+    assert branches == {True, False}
+    x, y = np.zeros((4, 4), np.float32), np.zeros((4, 3), np.float32)
+    for bad, message in [(({"x": x, "y": y}, 0.2), "baked in as 0.1"), (({"x": x}, 0.1), "expected keys"),
+                         (({"x": x, "y": y[:3]}, 0.1), r"expected float32\[b, 3\]"),
+                         (({"x": x.astype(np.float16), "y": y}, 0.1), "expected float32")]:
+        with pytest.raises(CallError, match=message):
+            loaded(*bad)

@@ -12,6 +12,7 @@ import torch
 import torch.utils._pytree as pytree
 from jax import export as jax_export
 
+from dycl_jax import __version__
 from dycl_jax.errors import DyclError
 from dycl_jax.lower.decision_log import DecisionLog
 from dycl_jax.lower.dtypes import to_jax_dtype
@@ -32,10 +33,9 @@ def write_artifact(jm: "JaxModel", path: str, trace_capacity: int = 4096) -> dic
         raise _dispatch_refusal(jm)
     if type(trace_capacity) is not int or trace_capacity < 1:
         raise DyclError(f"trace_capacity must be a positive int, got {trace_capacity!r}")
-    os.makedirs(path, exist_ok=True)
     with int_scope(jm.x64):
         state = [jax.ShapeDtypeStruct(np.shape(v), v.dtype) for v in jm._state_values()]
-        program, batch = _export_batched(jm, lambda s, t: jm._fn(s, t), state)
+        program, batch = _export_batched(jm, jm._fn, state)
         log = DecisionLog(trace_capacity)
 
         def traced(s: list, t: list) -> tuple:
@@ -46,15 +46,11 @@ def write_artifact(jm: "JaxModel", path: str, trace_capacity: int = 4096) -> dic
 
         trace = _export(traced, state, _input_avals(jm, {int(k): v for k, v in batch["symbols"].items()}))
         inputs = [_input_spec(spec, aval) for spec, aval in zip(jm.signature.inputs, trace.in_avals[len(state):])]
-    for name, exp in ((PROGRAM, program), (TRACE, trace)):
-        with open(os.path.join(path, name), "wb") as f:
-            f.write(exp.serialize())
-    save_params(os.path.join(path, PARAMS), jm.state_paths, jm._state_values())
     manifest = {
         "format": FORMAT,
         "host": jm.host,
         "x64": jm.x64,
-        "platforms": list(program.platforms),
+        "platforms": [p for p in program.platforms if p in trace.platforms],
         "batch": batch,
         "inputs": inputs,
         "args": _args_json(jm.signature.in_spec, jm.signature.arg_leaves, jm.signature.tensor_leaf_index),
@@ -64,17 +60,18 @@ def write_artifact(jm: "JaxModel", path: str, trace_capacity: int = 4096) -> dic
         # every data-dependent site the rewrite found, and (site, value kind) by id in the trace's log
         "decision_sites": [site for fn in (jm._report.rewritten if jm._report else []) for site in fn.dynamic_sites],
         "trace": {"capacity": trace_capacity, "sites": [list(s) for s in log.sites]},
-        "source": getattr(jm, "source", {}),
-        "versions": {"jax": jax.__version__, "torch": torch.__version__, "dycl_jax": _version()},
+        "source": jm.source,
+        "versions": {"jax": jax.__version__, "torch": torch.__version__, "dycl_jax": __version__},
     }
+    # written only once everything is known: a refused model leaves no partial artifact
+    os.makedirs(path, exist_ok=True)
+    for name, exp in ((PROGRAM, program), (TRACE, trace)):
+        with open(os.path.join(path, name), "wb") as f:
+            f.write(exp.serialize())
+    save_params(os.path.join(path, PARAMS), jm.state_paths, jm._state_values())
     with open(os.path.join(path, MANIFEST), "w") as f:
         json.dump(manifest, f, indent=1)
     return manifest
-
-
-def _version() -> str:
-    import dycl_jax
-    return dycl_jax.__version__
 
 
 def _export(fn: Any, state: list, inputs: list) -> jax_export.Exported:

@@ -134,6 +134,8 @@ def _match(node: Any, value: Any, given: dict[int, Any], where: str) -> None:
 
 def _check(spec: dict, value: Any, sizes: dict[str, int]) -> Any:
     name = spec["name"]
+    if type(value).__module__.startswith("torch"):  # a torch tensor, where torch is there: its numpy view
+        value = value.detach().cpu().numpy()
     shape_text = "[" + ", ".join(map(str, spec["shape"])) + "]"
     if not hasattr(value, "shape") or not hasattr(value, "dtype"):
         raise CallError(f"{name}: expected an array {spec['dtype']}{shape_text}, got {type(value).__name__}")
