@@ -205,7 +205,8 @@ Scored = collections.namedtuple("Scored", "logits score")
 
 class DictInDictOut(nn.Module):
     """Research-style signature: a dict batch, a threshold baked in, a namedtuple, a list and a
-    Python number out; `x + y` ties the two batch dimensions to one symbol."""
+    Python number out; `x + y` ties the two batch dimensions to one symbol; a loop whose number
+    of tests depends on the input (for the trace's capacity)."""
 
     def __init__(self):
         super().__init__()
@@ -215,6 +216,8 @@ class DictInDictOut(nn.Module):
         h = self.l(batch["x"]) * 2
         if h.mean() > thr:
             h = h + batch["y"]
+        while h.abs().max() > 4:
+            h = h * 0.5
         return {"out": Scored(h, h.sum()), "list": [h.max(), 3], "n": 7}
 
 
@@ -222,23 +225,33 @@ def test_structured_signature_round_trip_and_call_errors(tmp_path) -> None:
     torch.manual_seed(0)
     model = DictInDictOut().eval()
     jm = dycl_jax.to_jax(model, ({"x": torch.randn(5, 4), "y": torch.randn(5, 3)}, 0.1))
-    man = jm.export(str(tmp_path / "a"))
+    capacity = 4
+    man = jm.export(str(tmp_path / "a"), trace_capacity=capacity)
     assert man["batch"] == {"dim0": "symbolic", "symbols": {"0": "b", "1": "b"}}
     loaded = dycl_jax.load(str(tmp_path / "a"))
     g = torch.Generator().manual_seed(3)
-    branches = set()
-    for n, shift in ((9, -5.0), (2, 5.0)):  # batch sizes other than the example's; both branches
-        batch = {"x": torch.randn(n, 4, generator=g) + shift, "y": torch.randn(n, 3, generator=g)}
+    branches, overflowed = set(), False
+    for n, shift, scale in ((9, -5.0, 1.0), (2, 5.0, 1.0), (3, 0.0, 40.0)):  # other batch sizes, both branches
+        batch = {"x": (torch.randn(n, 4, generator=g) + shift) * scale, "y": torch.randn(n, 3, generator=g)}
+        args = ({k: v.numpy() for k, v in batch.items()}, 0.1)
         with torch.no_grad():
             want = model(batch, 0.1)
-        got, decisions = loaded.trace({k: v.numpy() for k, v in batch.items()}, 0.1)
+        torch_decisions = run_torch_trace(model, "forward", (batch, 0.1))[1]
+        if len(torch_decisions) > capacity:  # more decisions than the log holds: said, with the fix
+            with pytest.raises(DyclError, match=f"made {len(torch_decisions)} decisions.*at most {capacity}") as info:
+                loaded.trace(*args)
+            assert f"trace_capacity={2 * len(torch_decisions)}" in info.value.fix
+            overflowed = True
+            got = loaded(*args)
+        else:
+            got, decisions = loaded.trace(*args)
+            assert decisions == torch_decisions
+            branches.add(decisions[0][1])
         # a namedtuple comes back as one of its name and fields (the loader imports no user code)
         assert type(got["out"]).__name__ == "Scored" and got["out"]._fields == Scored._fields
         assert isinstance(got["list"], list)
         assert_same(want, {**got, "out": Scored(*got["out"])}, f"batch {n}")
-        assert decisions == run_torch_trace(model, "forward", (batch, 0.1))[1]
-        branches.add(decisions[0][1])
-    assert branches == {True, False}
+    assert branches == {True, False} and overflowed
     x, y = np.zeros((4, 4), np.float32), np.zeros((4, 3), np.float32)
     for bad, message in [(({"x": x, "y": y}, 0.2), "baked in as 0.1"), (({"x": x}, 0.1), "expected keys"),
                          (({"x": x, "y": y[:3]}, 0.1), r"expected float32\[b, 3\]"),
