@@ -1,6 +1,7 @@
 """`to_jax`: runs the pipeline stages in order on one model method."""
 from __future__ import annotations
 
+import inspect
 import time
 import warnings
 from typing import Any, Callable
@@ -13,7 +14,7 @@ import dycl_jax.lower.ops  # noqa: F401  (registers every lowering)
 from dycl_jax.capture.export import StateEntry, TensorSpec, _leaf_names, capture
 from dycl_jax.errors import AliasedUpdateError, DyclError, InputMutationError, UnsupportedOpError
 from dycl_jax.host.dispatch import DispatchHost
-from dycl_jax.host.select import HOSTS, dispatch_reason, staged_refusal
+from dycl_jax.host.select import HOSTS, dispatch_reason, staged_refusal, user_location
 from dycl_jax.host.staged import staged_fn
 from dycl_jax.lower.int_ranges import describe_ints, int64_verdict, int_scope
 from dycl_jax.lower.interpreter import LoweredGraph
@@ -57,7 +58,7 @@ def to_jax(
     if max_len is not None and (type(max_len) is not int or max_len < 1):
         raise DyclError(f"max_len must be a positive int, got {max_len!r}", fix="pass e.g. max_len=32")
     args = example_args if isinstance(example_args, tuple) else (example_args,)
-    reason = None
+    reason = where = None
     start = time.perf_counter()
     if host != "dispatch":
         try:
@@ -76,7 +77,11 @@ def to_jax(
             if host == "staged":
                 raise staged_refusal(exc) from exc
             reason = dispatch_reason(exc)
-    return _dispatch(model, args, method, step, reason, time.perf_counter() - start)
+            where = exc.location or user_location(exc)
+    jm = _dispatch(model, args, method, step, reason, time.perf_counter() - start)
+    jm.dispatch_location = where
+    jm.source = model_source(model, method)
+    return jm
 
 
 def _staged(model: torch.nn.Module, args: tuple, method: str, dynamic_batch: bool,
@@ -106,7 +111,18 @@ def _staged(model: torch.nn.Module, args: tuple, method: str, dynamic_batch: boo
     timings = {"capture_s": t1 - t0, "lower_s": t2 - t1, "check_s": t3 - t2}
     jm._report = build_report(type(model).__name__, method, jm.host, cap, graph, timings, rewrite_record)
     jm._report.integers = describe_ints(ints)
+    jm.source = model_source(model, method)
     return jm
+
+
+def model_source(model: torch.nn.Module, method: str) -> dict[str, Any]:
+    """The converted model's class, method and file (for an exported artifact's manifest)."""
+    cls = type(model)
+    try:
+        file = inspect.getsourcefile(cls)
+    except TypeError:  # a class defined where no file holds it
+        file = None
+    return {"class": f"{cls.__module__}.{cls.__qualname__}", "method": method, "file": file}
 
 
 def _dispatch(model: torch.nn.Module, args: tuple, method: str, step: Callable[[str], None],

@@ -2,14 +2,13 @@
 and the located error for an input that needs more than `max_len` iterations."""
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import jax
 import numpy as np
 
-from dycl_jax.errors import DecodeBoundError, Location
 from dycl_jax.rewrite.padding import Decoded, Padded
+from dycl_jax.runtime.loaded import decode_bound_error, trim
 
 # the padded forms are JAX pytrees too: `jm.apply` / `jm.padded` return them under jit and vmap
 jax.tree_util.register_pytree_node(Padded, lambda p: ((p.value, p.lengths), None), lambda _, c: Padded(*c))
@@ -19,7 +18,7 @@ jax.tree_util.register_pytree_node(Decoded, lambda d: ((d.value, d.exceeded), d.
 
 def trimmed(p: Padded) -> Any:
     """The exact array: `p.value` cut to `p.lengths`."""
-    return p.value[tuple(slice(0, int(n)) for n in np.asarray(p.lengths))]
+    return trim(p.value, p.lengths)
 
 
 def finish(out: Any) -> Any:
@@ -27,12 +26,6 @@ def finish(out: Any) -> Any:
     if not isinstance(out, Decoded):
         return out
     if bool(np.any(np.asarray(out.exceeded))):
-        file, line, code, max_len = out.where
-        raise DecodeBoundError(
-            f"the loop at {os.path.basename(file)}:{line} was unrolled for at most max_len={max_len} iterations, "
-            "and this input needs more: the staged program did not reach the loop's exit",
-            location=Location(file, line, code),
-            fix=f"convert with a larger max_len (e.g. max_len={2 * max_len}), or with host=\"auto\" / \"dispatch\" "
-            "to run the loop exactly for every input")
+        raise decode_bound_error(out.where)
     return jax.tree_util.tree_map(lambda x: trimmed(x) if isinstance(x, Padded) else x, out.value,
                                   is_leaf=lambda x: isinstance(x, Padded))

@@ -50,6 +50,9 @@ class JaxModel:
         self._call = jax.jit(fn) if jit else fn
         self._report: ConversionReport | None = None
         self._report_builder: Callable[[], ConversionReport] | None = None  # a live report (dispatch host)
+        # the converted model's class and file (the artifact's manifest); the dispatch host's reason's location
+        self.source: dict[str, Any] = {}
+        self.dispatch_location: Any = None
         # the dispatch host returns the method's own output structure; the staged one flat outputs
         self._unflatten = (lambda outs: outs) if structured else signature.unflatten
         # an unrolled decode loop returns padded outputs (runtime/decoded.py): calls trim them
@@ -115,6 +118,13 @@ class JaxModel:
         decisions = list(self._trace_log)
         self._trace_log.clear()
         return self._finish(self.signature.unflatten(outs)), decisions
+
+    def export(self, path: str, *, trace_capacity: int = 4096) -> dict:
+        """Write a deployable directory: StableHLO programs (plain and decision-traced), the state
+        in safetensors and a JSON manifest; `dycl_jax.load(path)` runs it without torch.
+        `trace_capacity` bounds the decisions one traced call can report. Returns the manifest."""
+        from dycl_jax.runtime.artifact import write_artifact  # the writer needs torch; loading does not
+        return write_artifact(self, path, trace_capacity)
 
     @property
     def state_paths(self) -> list[str]:

@@ -12,6 +12,7 @@ import torch.fx
 
 from dycl_jax.errors import DyclError
 from dycl_jax.lower.batching import batchable_cond
+from dycl_jax.lower.decision_log import DecisionLog
 from dycl_jax.lower.interpreter import (LoweredGraph, current_env, current_loop_bound, current_node, current_site,
                                        node_location)
 from dycl_jax.lower.margins import margin
@@ -21,13 +22,14 @@ from dycl_jax.source import origins
 # While set, the lowerings below report each decision to this callback as (site, value, margin),
 # the margin as lower/margins.py computes it from the predicate's graph (nan: none).
 # It is read when JAX traces the program, so a traced program must be jitted separately.
-_RECORDER: contextvars.ContextVar[Callable[[str, Any, float], None] | None] = contextvars.ContextVar(
-    "dycl_recorder", default=None
-)
+# A `DecisionLog` instead of a callback makes the decisions values the program returns
+# (lower/decision_log.py): conds and loops then thread the log through their operands.
+Recorder = Callable[[str, Any, float], None] | DecisionLog
+_RECORDER: contextvars.ContextVar[Recorder | None] = contextvars.ContextVar("dycl_recorder", default=None)
 
 
 @contextlib.contextmanager
-def recording(callback: Callable[[str, Any, float], None]) -> Iterator[None]:
+def recording(callback: Recorder) -> Iterator[None]:
     """Trace programs that report every branch decision and loop test to `callback`."""
     token = _RECORDER.set(callback)
     try:
@@ -66,6 +68,9 @@ def _record(value: jax.Array, margin: Any = None) -> None:
         return
     site = current_site()
     m = jnp.asarray(jnp.nan if margin is None else margin, jnp.float32)
+    if isinstance(recorder, DecisionLog):
+        recorder.append(site, value, m)
+        return
     # ordered=True keeps decisions in program order, also inside loops and branches
     jax.debug.callback(lambda v, m: recorder(site, v.item(), m.item()), value, m, ordered=True)
 
@@ -77,6 +82,53 @@ def _pred_margin(i: int = 0, j: int | None = None) -> Any:
         return None
     arg = node.args[i] if j is None else node.args[i][j]
     return margin(arg, env)
+
+
+def _active_log() -> DecisionLog | None:
+    recorder = _RECORDER.get()
+    return recorder if isinstance(recorder, DecisionLog) and recorder.active else None
+
+
+def _logged_cond(log: DecisionLog, p: Any, true_fn: Callable, false_fn: Callable, operands: tuple) -> Any:
+    """lax.cond with the decision log as an extra operand and result of both branches."""
+    def threaded(fn: Callable) -> Callable:
+        def run(args: tuple) -> tuple:
+            log.log, ops = args
+            outs = fn(ops)
+            return log.log, outs
+        return run
+
+    before = log.log
+    try:
+        log.log, outs = jax.lax.cond(p, threaded(true_fn), threaded(false_fn), (before, operands))
+    except BaseException:
+        log.log = before  # a branch's tracer must not outlive its trace
+        raise
+    return outs
+
+
+def _logged_while(log: DecisionLog, test: Callable, body: Callable, carry0: tuple) -> tuple:
+    """lax.while_loop with the decision log carried. A loop test cannot return values, so each
+    test is recorded again where its outcome is known: at the start of the iteration it allowed
+    (true) and after the loop on the final carry (false); the order is the callbacks' order."""
+    def test_fn(c: tuple) -> Any:
+        with log.muted():
+            return test(c[1])
+
+    def body_fn(c: tuple) -> tuple:
+        log.log, carry = c
+        test(carry)
+        out = body(carry)
+        return log.log, out
+
+    before = log.log
+    try:
+        log.log, carry = jax.lax.while_loop(test_fn, body_fn, (before, carry0))
+    except BaseException:
+        log.log = before
+        raise
+    test(carry)
+    return carry
 
 
 def _pred(p: Any) -> jax.Array:
@@ -118,7 +170,10 @@ def cond(pred: Any, true_graph: LoweredGraph, false_graph: LoweredGraph, operand
         # the chain's path index is operand 0; its margin is that of the tests computing it
         _record(jnp.asarray(operands[0]), _pred_margin(3, 0))
     token = _IN_CHAIN.set(site if chain else None)
+    log = _active_log()
     try:
+        if log is not None:
+            return _logged_cond(log, p, lambda ops: true_graph(*ops), lambda ops: false_graph(*ops), operands)
         if _DIFFERENTIABLE.get() and _RECORDER.get() is None:  # apply(): what users vmap and differentiate
             return batchable_cond(p, lambda *ops: tuple(true_graph(*ops)), lambda *ops: tuple(false_graph(*ops)),
                                   operands)
@@ -127,12 +182,17 @@ def cond(pred: Any, true_graph: LoweredGraph, false_graph: LoweredGraph, operand
         # lax.cond refuses branches that differ in shape or dtype; say which output and where
         # (checked only on failure: tracing both branches up front again doubles trace time
         # with every level of nesting)
-        shapes_t = jax.eval_shape(lambda ops: true_graph(*ops), operands)
-        shapes_f = jax.eval_shape(lambda ops: false_graph(*ops), operands)
-        _check_same(shapes_t, shapes_f, true_graph, false_graph)
+        with log.muted() if log is not None else contextlib.nullcontext():
+            _explain_mismatch(true_graph, false_graph, operands)
         raise
     finally:
         _IN_CHAIN.reset(token)
+
+
+def _explain_mismatch(true_graph: LoweredGraph, false_graph: LoweredGraph, operands: tuple) -> None:
+    shapes_t = jax.eval_shape(lambda ops: true_graph(*ops), operands)
+    shapes_f = jax.eval_shape(lambda ops: false_graph(*ops), operands)
+    _check_same(shapes_t, shapes_f, true_graph, false_graph)
 
 
 @register(torch.ops.higher_order.while_loop)
@@ -155,6 +215,9 @@ def while_loop(
         return tuple(jnp.asarray(o, dtype=c.dtype).reshape(c.shape) for o, c in zip(out, carry))
 
     carry0 = tuple(jnp.asarray(c) for c in carried)
+    log = _active_log()
+    if log is not None:
+        return _logged_while(log, test, body, carry0)
     bound = current_loop_bound()
     if bound is not None and _DIFFERENTIABLE.get() and _RECORDER.get() is None:
         n = len(carry0)

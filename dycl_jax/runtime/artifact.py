@@ -1,0 +1,184 @@
+"""`JaxModel.export`: a directory with the serialized StableHLO programs, the parameters in
+safetensors and a JSON manifest, loadable without torch by `runtime/loaded.py`."""
+from __future__ import annotations
+
+import json
+import os
+from typing import TYPE_CHECKING, Any
+
+import jax
+import numpy as np
+import torch
+import torch.utils._pytree as pytree
+from jax import export as jax_export
+
+from dycl_jax import __version__
+from dycl_jax.errors import DyclError
+from dycl_jax.lower.decision_log import DecisionLog
+from dycl_jax.lower.dtypes import to_jax_dtype
+from dycl_jax.lower.int_ranges import int_scope
+from dycl_jax.lower.ops.control_flow import recording
+from dycl_jax.rewrite.padding import Decoded, Padded
+from dycl_jax.runtime.loaded import FORMAT, MANIFEST, PARAMS, PROGRAM, TRACE, save_params
+
+if TYPE_CHECKING:
+    from dycl_jax.runtime.model import JaxModel
+
+PLATFORMS = ("cpu", "cuda")
+
+
+def write_artifact(jm: "JaxModel", path: str, trace_capacity: int = 4096) -> dict:
+    """Write `jm` as a deployable directory at `path`; returns the manifest."""
+    if jm.host != "staged":
+        raise _dispatch_refusal(jm)
+    if type(trace_capacity) is not int or trace_capacity < 1:
+        raise DyclError(f"trace_capacity must be a positive int, got {trace_capacity!r}")
+    with int_scope(jm.x64):
+        state = [jax.ShapeDtypeStruct(np.shape(v), v.dtype) for v in jm._state_values()]
+        program, batch = _export_batched(jm, jm._fn, state)
+        log = DecisionLog(trace_capacity)
+
+        def traced(s: list, t: list) -> tuple:
+            log.start()
+            with recording(log):
+                outs = jm._fn(s, t)
+            return outs, log.log
+
+        trace = _export(traced, state, _input_avals(jm, {int(k): v for k, v in batch["symbols"].items()}))
+        inputs = [_input_spec(spec, aval) for spec, aval in zip(jm.signature.inputs, trace.in_avals[len(state):])]
+    manifest = {
+        "format": FORMAT,
+        "host": jm.host,
+        "x64": jm.x64,
+        "platforms": [p for p in program.platforms if p in trace.platforms],
+        "batch": batch,
+        "inputs": inputs,
+        "args": _args_json(jm.signature.in_spec, jm.signature.arg_leaves, jm.signature.tensor_leaf_index),
+        "outputs": _tree_json(jm.signature.out_spec),
+        "output_avals": [_aval_json(a) for a in program.out_avals],
+        "state": jm.state_paths,
+        # every data-dependent site the rewrite found, and (site, value kind) by id in the trace's log
+        "decision_sites": [site for fn in (jm._report.rewritten if jm._report else []) for site in fn.dynamic_sites],
+        "trace": {"capacity": trace_capacity, "sites": [list(s) for s in log.sites]},
+        "source": jm.source,
+        "versions": {"jax": jax.__version__, "torch": torch.__version__, "dycl_jax": __version__},
+    }
+    # written only once everything is known: a refused model leaves no partial artifact
+    os.makedirs(path, exist_ok=True)
+    for name, exp in ((PROGRAM, program), (TRACE, trace)):
+        with open(os.path.join(path, name), "wb") as f:
+            f.write(exp.serialize())
+    save_params(os.path.join(path, PARAMS), jm.state_paths, jm._state_values())
+    with open(os.path.join(path, MANIFEST), "w") as f:
+        json.dump(manifest, f, indent=1)
+    return manifest
+
+
+def _export(fn: Any, state: list, inputs: list) -> jax_export.Exported:
+    """Export for CPU and CUDA where both lower; else for this machine's platform (JAX refuses
+    some lowerings for a platform whose plugin is not installed; the manifest lists platforms)."""
+    try:
+        return jax_export.export(jax.jit(fn), platforms=PLATFORMS)(state, inputs)
+    except Exception:  # noqa: BLE001 - retried for this machine's platform; a real failure raises again
+        return jax_export.export(jax.jit(fn))(state, inputs)
+
+
+def _export_batched(jm: "JaxModel", fn: Any, state: list) -> tuple[jax_export.Exported, dict]:
+    """The plain program, with dimension 0 symbolic on every input the signature leaves dynamic:
+    one symbol per input first, one shared symbol if the program ties them, else fixed."""
+    dynamic = [i for i, s in enumerate(jm.signature.inputs) if s.shape and s.shape[0] is None]
+    if not dynamic:
+        return _export(fn, state, _input_avals(jm, {})), {"dim0": "fixed", "symbols": {},
+                                                            "reason": "no input has a dynamic dimension 0"}
+    errors = []
+    for shared in (False, True):
+        symbols = {i: "b" if shared else f"b{k}" for k, i in enumerate(dynamic)}
+        try:
+            exp = _export(fn, state, _input_avals(jm, symbols))
+            return exp, {"dim0": "symbolic", "symbols": {str(i): s for i, s in symbols.items()}}
+        except Exception as exc:  # noqa: BLE001 - a symbolic shape the program cannot take: next option
+            errors.append(f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}")
+    exp = _export(fn, state, _input_avals(jm, {}))
+    return exp, {"dim0": "fixed", "symbols": {}, "reason": "; ".join(errors)}
+
+
+def _input_avals(jm: "JaxModel", symbols: dict[int, str]) -> list[jax.ShapeDtypeStruct]:
+    """Input avals at the example's shapes, dimension 0 replaced by its symbol where given."""
+    names = sorted(set(symbols.values()))
+    dims = dict(zip(names, jax_export.symbolic_shape(",".join(names)))) if names else {}
+    sig = jm.signature
+    out = []
+    for i, spec in enumerate(sig.inputs):
+        shape: list[Any] = list(sig.arg_leaves[sig.tensor_leaf_index[i]].shape)
+        if i in symbols:
+            shape[0] = dims[symbols[i]]
+        out.append(jax.ShapeDtypeStruct(tuple(shape), to_jax_dtype(spec.dtype)))
+    return out
+
+
+def _aval_json(aval: Any) -> dict:
+    return {"shape": [d if isinstance(d, int) else str(d) for d in aval.shape], "dtype": np.dtype(aval.dtype).name}
+
+
+def _input_spec(spec: Any, aval: Any) -> dict:
+    also = {torch.int64: "int64", torch.float64: "float64"}.get(spec.dtype)
+    return {"name": spec.name, **_aval_json(aval), "torch_dtype": str(spec.dtype).replace("torch.", ""),
+            "also_accepted": also}
+
+
+def _tree_json(spec: pytree.TreeSpec) -> Any:
+    """A torch pytree structure as JSON data that loaded.py rebuilds without torch."""
+    if spec.is_leaf():
+        return "*"
+    kids = [_tree_json(c) for c in spec.children()]
+    t = spec.type
+    if t is tuple or t is list:
+        return {t.__name__: kids}
+    if t is dict:
+        return {"dict": [[k, c] for k, c in zip(spec.context, kids)]}
+    if t is type(None):
+        return {"none": []}
+    if t is Padded:
+        return {"padded": kids}
+    if t is Decoded:
+        return {"decoded": kids, "where": list(spec.context)}
+    if isinstance(spec.context, type) and issubclass(spec.context, tuple) and hasattr(spec.context, "_fields"):
+        return {"namedtuple": kids, "name": spec.context.__name__, "fields": list(spec.context._fields)}
+    raise DyclError(f"the method returns a {getattr(t, '__name__', t)}, which an artifact cannot describe",
+                    fix="return tuples, lists, dicts or namedtuples of tensors")
+
+
+def _args_json(spec: pytree.TreeSpec, leaves: list, tensor_index: list[int]) -> Any:
+    """The argument structure with each leaf either an input index or its baked-in value."""
+    positions = {leaf: k for k, leaf in enumerate(tensor_index)}
+    marks = []
+    for i, leaf in enumerate(leaves):
+        if i in positions:
+            marks.append({"input": positions[i]})
+        elif leaf is None or isinstance(leaf, (bool, int, float, str)):
+            marks.append({"static": leaf, "type": type(leaf).__name__})
+        else:
+            marks.append({"static_repr": repr(leaf)})
+    it = iter(marks)
+
+    def fill(node: Any) -> Any:
+        if node == "*":
+            return {"leaf": next(it)}
+        key, kids = next((k, v) for k, v in node.items() if k not in ("where", "name", "fields"))
+        if key == "dict":
+            return {**node, "dict": [[k, fill(c)] for k, c in kids]}
+        return {**node, key: [fill(c) for c in kids]}
+
+    return fill(_tree_json(spec))
+
+
+def _dispatch_refusal(jm: "JaxModel") -> DyclError:
+    where = getattr(jm, "dispatch_location", None)
+    why = jm.report().dispatch_reason if jm._report_builder is not None else 'host="dispatch" was requested'
+    return DyclError(
+        "jm.export writes one staged XLA program; this model runs on the dispatch host "
+        f"({why}), whose control flow runs in Python between "
+        "separately compiled regions (and whose host statements run in torch), which an artifact does not hold",
+        location=where,
+        fix='convert with host="staged" (with max_len=N where a decode loop grows its outputs, to stage it '
+            "with padded outputs) and export that model")

@@ -1,0 +1,229 @@
+"""`dycl_jax.load(path)`: runs an artifact written by `jm.export` with jax, numpy and
+safetensors only (this module imports nothing of torch, nor any dycl_jax module that does)."""
+from __future__ import annotations
+
+import collections
+import contextlib
+import json
+import os
+from typing import Any, Iterator
+
+import jax
+import numpy as np
+from jax import export as jax_export
+from safetensors.flax import load_file, save_file
+
+from dycl_jax.errors import CallError, DecodeBoundError, DyclError, Location
+from dycl_jax.rewrite.decisions import Decision
+
+FORMAT = "dycl_jax.artifact/1"
+MANIFEST, PARAMS, PROGRAM, TRACE = "manifest.json", "params.safetensors", "program.stablehlo", "trace.stablehlo"
+_INT32 = (-(2**31), 2**31 - 1)
+
+
+def save_params(path: str, paths: list[str], values: list[Any]) -> None:
+    """The state arrays under their torch paths (a path read twice is one tensor, stored once)."""
+    save_file({p: v for p, v in zip(paths, values)}, path)
+
+
+def load(path: str) -> "LoadedModel":
+    """The artifact directory `path` (from `jm.export(path)`) as a callable model."""
+    try:
+        with open(os.path.join(path, MANIFEST)) as f:
+            manifest = json.load(f)
+    except FileNotFoundError:
+        raise DyclError(f"{path} holds no {MANIFEST}", fix="pass a directory written by jm.export(path)") from None
+    if manifest.get("format") != FORMAT:
+        raise DyclError(f"{path} is an artifact of format {manifest.get('format')!r}; this dycl_jax reads {FORMAT}",
+                        fix="export the model again with this version of dycl_jax")
+    return LoadedModel(path, manifest)
+
+
+class LoadedModel:
+    """A deployed converted model: `m(*args)` as `jm(*args)`, `m.trace(*args)` as `jm.trace`."""
+
+    def __init__(self, path: str, manifest: dict):
+        self.manifest = manifest
+        self.x64 = bool(manifest["x64"])
+        with self._scope():
+            params = load_file(os.path.join(path, PARAMS))
+            self._state = [params[p] for p in manifest["state"]]
+            self._program = jax.jit(_read(path, PROGRAM).call)
+            self._trace = jax.jit(_read(path, TRACE).call)
+        self._sites = [tuple(s) for s in manifest["trace"]["sites"]]
+        # arguments that are exactly the inputs, in order: a passed (type, shape, dtype) key is
+        # remembered, so a repeat call skips the structure walk and the checks
+        n = len(manifest["inputs"])
+        self._flat = manifest["args"] == {"tuple": [{"leaf": {"input": k}} for k in range(n)]}
+        self._passed: set = set()
+
+    def _scope(self) -> contextlib.AbstractContextManager:
+        # a program holding int64 values beyond int32 was exported (and runs) in 64-bit mode
+        return jax.enable_x64(True) if self.x64 else contextlib.nullcontext()
+
+    def __call__(self, *args: Any) -> Any:
+        with self._scope():
+            return self._outputs(self._program(self._state, self._bind(args)))
+
+    def trace(self, *args: Any) -> tuple[Any, list[Decision]]:
+        """(outputs, decisions) as `JaxModel.trace` gives them, read from the traced program's log."""
+        with self._scope():
+            outs, (ids, values, margins, count) = self._trace(self._state, self._bind(args))
+            outputs = self._outputs(outs)
+        ids, values, margins, n = np.asarray(ids), np.asarray(values), np.asarray(margins), int(count)
+        capacity = self.manifest["trace"]["capacity"]
+        if n > capacity:
+            raise DyclError(f"this call made {n} decisions; the artifact's trace holds at most {capacity}",
+                            fix=f"export again with jm.export(path, trace_capacity={2 * n})")
+        decisions = []
+        for site_id, value, margin in zip(ids[:n], values[:n], margins[:n]):
+            site, kind = self._sites[site_id]
+            decisions.append(Decision(site, bool(value) if kind == "bool" else int(value), float(margin)))
+        return outputs, decisions
+
+    def _bind(self, args: tuple) -> list[Any]:
+        if not self._flat:
+            return self._checked(args)
+        try:
+            key = tuple([(type(a), a.shape, a.dtype) for a in args])
+        except AttributeError:  # not arrays: the full check says what is wrong
+            return self._checked(args)
+        if key in self._passed:
+            return list(args)
+        tensors = self._checked(args)
+        if all(t is a for t, a in zip(tensors, args)) and len(self._passed) < 64:
+            self._passed.add(key)
+        return tensors
+
+    def _checked(self, args: tuple) -> list[Any]:
+        given: dict[int, Any] = {}
+        _match(self.manifest["args"], args, given, "arguments")
+        specs = self.manifest["inputs"]
+        sizes: dict[str, int] = {}
+        return [_check(spec, given[k], sizes) for k, spec in enumerate(specs)]
+
+    def _outputs(self, flat: Any) -> Any:
+        return _build(self.manifest["outputs"], iter(flat))
+
+    def __repr__(self) -> str:
+        ins = ", ".join(f"{s['name']}: {s['dtype']}{s['shape']}" for s in self.manifest["inputs"])
+        return f"LoadedModel(host={self.manifest['host']!r}, inputs=({ins}), platforms={self.manifest['platforms']})"
+
+
+def _read(path: str, name: str) -> jax_export.Exported:
+    with open(os.path.join(path, name), "rb") as f:
+        return jax_export.deserialize(bytearray(f.read()))
+
+
+def _kind(node: Any) -> tuple[str, Any]:
+    return next((k, v) for k, v in node.items() if k not in ("where", "name", "fields"))
+
+
+def _match(node: Any, value: Any, given: dict[int, Any], where: str) -> None:
+    """Walk the argument structure of the conversion against `value`, collecting tensor inputs."""
+    if "leaf" in node:
+        leaf = node["leaf"]
+        if "input" in leaf:
+            given[leaf["input"]] = value
+        elif "static" in leaf:
+            if not (type(value).__name__ == leaf["type"] and value == leaf["static"]):
+                raise CallError(f"{where} was baked in as {leaf['static']!r} at conversion; got {value!r}",
+                                fix="non-tensor arguments are static: convert and export again with the new value")
+        elif repr(value) != leaf["static_repr"]:
+            raise CallError(f"{where} was baked in as {leaf['static_repr']} at conversion; got {value!r}",
+                            fix="pass the same value as at conversion")
+        return
+    kind, kids = _kind(node)
+    types = {"tuple": tuple, "list": list, "dict": dict, "namedtuple": tuple}
+    if kind not in types or not isinstance(value, types[kind]):
+        raise CallError(f"{where}: expected a {kind}, got {type(value).__name__}",
+                        fix="call with the same argument structure as the conversion's example_args")
+    if kind == "dict":
+        if sorted(map(str, value)) != sorted(str(k) for k, _ in kids):
+            raise CallError(f"{where}: expected keys {[k for k, _ in kids]}, got {list(value)}")
+        for k, child in kids:
+            _match(child, value[k], given, f"{where}[{k!r}]")
+        return
+    if len(value) != len(kids):
+        raise CallError(f"{where}: expected {len(kids)} items, got {len(value)}",
+                        fix="call with the same argument structure as the conversion's example_args")
+    for i, (child, v) in enumerate(zip(kids, value)):
+        _match(child, v, given, f"{where}[{i}]")
+
+
+def _check(spec: dict, value: Any, sizes: dict[str, int]) -> Any:
+    name = spec["name"]
+    if type(value).__module__.startswith("torch"):  # a torch tensor, where torch is there: its numpy view
+        value = value.detach().cpu().numpy()
+    shape_text = "[" + ", ".join(map(str, spec["shape"])) + "]"
+    if not hasattr(value, "shape") or not hasattr(value, "dtype"):
+        raise CallError(f"{name}: expected an array {spec['dtype']}{shape_text}, got {type(value).__name__}")
+    shape = tuple(value.shape)
+    ok = len(shape) == len(spec["shape"])
+    for want, got in zip(spec["shape"], shape) if ok else ():
+        if isinstance(want, str):  # a symbolic dimension: any size, the same wherever the symbol recurs
+            ok = ok and sizes.setdefault(want, got) == got
+        else:
+            ok = ok and want == got
+    got_dtype = np.dtype(value.dtype).name
+    if not ok or got_dtype not in (spec["dtype"], spec["also_accepted"]):
+        raise CallError(f"{name}: expected {spec['dtype']}{shape_text}, got {got_dtype}{list(shape)}",
+                        fix="pass an array of the expected shape and dtype (cast with .astype if needed)")
+    if got_dtype == spec["dtype"]:
+        return value
+    arr = np.asarray(value)
+    if arr.dtype == np.int64 and arr.size and spec["dtype"] == "int32":
+        lo, hi = int(arr.min()), int(arr.max())
+        if lo < _INT32[0] or hi > _INT32[1]:
+            raise CallError(f"{name}: value {lo if lo < _INT32[0] else hi} does not fit in int32, "
+                            "as which this program holds int64")
+    return arr.astype(spec["dtype"])
+
+
+def trim(value: Any, lengths: Any) -> Any:
+    """A padded output cut to its true shape `lengths`."""
+    return value[tuple(slice(0, int(n)) for n in np.asarray(lengths))]
+
+
+def decode_bound_error(where: Any) -> DecodeBoundError:
+    """The error for an input whose unrolled decode loop (at `where`: file, line, code, max_len)
+    did not reach its exit within max_len iterations."""
+    file, line, code, max_len = where
+    return DecodeBoundError(
+        f"the loop at {os.path.basename(file)}:{line} was unrolled for at most max_len={max_len} iterations, "
+        "and this input needs more: the staged program did not reach the loop's exit",
+        location=Location(file, line, code),
+        fix=f"convert with a larger max_len (e.g. max_len={2 * max_len}), or with host=\"auto\" / \"dispatch\" "
+        "to run the loop exactly for every input")
+
+
+_NAMEDTUPLES: dict[tuple, type] = {}
+
+
+def _build(node: Any, leaves: Iterator[Any]) -> Any:
+    """The method's output structure from the flat outputs; padded leaves trimmed as `jm(...)` does."""
+    if node == "*":
+        return next(leaves)
+    kind, kids = _kind(node)
+    if kind == "dict":
+        return {k: _build(c, leaves) for k, c in kids}
+    parts = [_build(c, leaves) for c in kids]
+    if kind == "tuple":
+        return tuple(parts)
+    if kind == "list":
+        return parts
+    if kind == "none":
+        return None
+    if kind == "namedtuple":
+        key = (node["name"], tuple(node["fields"]))
+        cls = _NAMEDTUPLES.setdefault(key, collections.namedtuple(*key))  # type: ignore[misc]
+        return cls(*parts)
+    if kind == "padded":
+        return trim(*parts)
+    if kind == "decoded":
+        value, exceeded = parts
+        if bool(np.any(np.asarray(exceeded))):
+            raise decode_bound_error(node["where"])
+        return value
+    raise DyclError(f"the manifest names an output structure {kind!r} this dycl_jax does not know",
+                    fix="load the artifact with the dycl_jax version that wrote it")

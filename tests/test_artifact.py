@@ -1,0 +1,260 @@
+"""Exported artifacts (`jm.export` / `dycl_jax.load`) run where torch cannot be imported, give the
+ORIGINAL torch model's outputs and `jm.trace`'s decisions on every path, at any batch size where
+the signature allows it; a dispatch-host model is refused with a located error."""
+from __future__ import annotations
+
+import collections
+import json
+import math
+import os
+import pickle
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+import torch.nn as nn
+
+import dycl_jax
+from dycl_jax.errors import CallError, DecodeBoundError, DyclError
+from dycl_jax.rewrite.api import run_torch_trace
+from examples.dynn import load
+from differential import assert_same  # pytest puts tests/ on sys.path
+from test_staged_decode import Unbounded  # a decode loop with only a tensor exit
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# Loads every artifact and runs every input where `import torch` raises (sys.modules entry None),
+# after `import dycl_jax` first, exactly as a serving image without torch would.
+RUNNER = """
+import sys
+sys.modules["torch"] = None
+import pickle
+import numpy as np
+import dycl_jax
+jobs = pickle.load(open(sys.argv[1], "rb"))
+results = {}
+for name, (path, inputs) in jobs.items():
+    model = dycl_jax.load(path)
+    runs = []
+    for args in inputs:
+        try:
+            plain = model(*args)
+            traced, decisions = model.trace(*args)
+        except dycl_jax.DyclError as err:
+            runs.append(("error", type(err).__name__, str(err), getattr(err.location, "file", None)))
+            continue
+        as_np = lambda t: type(t)(map(np.asarray, t)) if isinstance(t, (list, tuple)) else np.asarray(t)
+        runs.append(("ok", as_np(plain), as_np(traced), [tuple(d) + (d.margin,) for d in decisions]))
+    results[name] = runs
+results["torch loaded"] = [m for m, v in sys.modules.items() if m.split(".")[0] == "torch" and v is not None]
+pickle.dump(results, open(sys.argv[2], "wb"))
+"""
+
+
+def _one_per_path(mod, model, n: int) -> list[tuple]:
+    """The first input of `mod.inputs(n)` on each path torch takes: every path, cheaply."""
+    chosen: dict = {}
+    for args in mod.inputs(n):
+        chosen.setdefault(mod.path_of(model, args), args)
+    assert {p for path in chosen for p in path} >= set(mod.PATHS), "an input set that misses a path"
+    return list(chosen.values())
+
+
+def _numpy(args: tuple) -> tuple:
+    return tuple(a.numpy() if isinstance(a, torch.Tensor) else a for a in args)
+
+
+@pytest.fixture(scope="module")
+def artifacts(tmp_path_factory):
+    """Each case: (torch model, jm, manifest, inputs) and what the torch-free runner returned."""
+    root = tmp_path_factory.mktemp("artifacts")
+    torch.manual_seed(0)
+    mlp = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 3)).eval()
+    cases = {"mlp": (mlp, dycl_jax.to_jax(mlp, torch.randn(4, 8)),
+                     [(torch.randn(3, 8),), (torch.randn(7, 8),)])}
+    for name in ("shallow_deep", "act"):
+        mod = load(name)
+        model, args = mod.example()
+        cases[name] = (model, dycl_jax.to_jax(model, args), _one_per_path(mod, model, 50))
+    decode = Unbounded().eval()
+    x = torch.full((1, 2), 0.1)
+    cases["decode"] = (decode, dycl_jax.to_jax(decode, (x, torch.tensor(3.0)), host="staged", max_len=3),
+                       [(x, torch.tensor(float(limit))) for limit in (0.0, 1.5, 2.5, 8.0)])
+    jobs, manifests = {}, {}
+    for name, (model, jm, inputs) in cases.items():
+        manifests[name] = jm.export(str(root / name))
+        jobs[name] = (str(root / name), [_numpy(a) for a in inputs])
+    with open(root / "jobs.pkl", "wb") as f:
+        pickle.dump(jobs, f)
+    env = {**os.environ, "PYTHONPATH": ROOT, "JAX_PLATFORMS": "cpu"}
+    proc = subprocess.run([sys.executable, "-c", RUNNER, str(root / "jobs.pkl"), str(root / "out.pkl")],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    with open(root / "out.pkl", "rb") as f:
+        results = pickle.load(f)
+    return cases, manifests, results, root
+
+
+def _same_decisions(want: list, got: list, label: str) -> None:
+    assert [tuple(d) for d in want] == [(s, v) for s, v, _ in got], f"{label}: decisions differ"
+    for d, (_, _, m) in zip(want, got):  # the same margins: the traced program computes them alike
+        assert (math.isnan(d.margin) and math.isnan(m)) or abs(d.margin - m) <= 1e-6, f"{label}: {d} vs {m}"
+
+
+def test_import_and_load_need_no_torch(artifacts) -> None:
+    _, _, results, _ = artifacts
+    assert results["torch loaded"] == []
+    # with torch importable, `import dycl_jax` still leaves it alone (no optional import either)
+    code = "import sys, dycl_jax; dycl_jax.DyclError; print(sorted(m for m in sys.modules if m.startswith('torch')))"
+    env = {**os.environ, "PYTHONPATH": ROOT}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.strip() == "[]", out.stderr[-2000:]
+
+
+@pytest.mark.parametrize("name", ["mlp", "shallow_deep", "act"])
+def test_round_trip_matches_torch_and_jm_on_every_path(artifacts, name) -> None:
+    cases, manifests, results, _ = artifacts
+    model, jm, inputs = cases[name]
+    assert len(results[name]) == len(inputs)
+    for k, (args, run) in enumerate(zip(inputs, results[name])):
+        assert run[0] != "error", run
+        _, plain, traced, decisions = run
+        with torch.no_grad():
+            want = model(*args)
+        # floats within differential.RTOL/ATOL (1e-4) of torch; exit ids, step counts and flags exactly
+        assert_same(want, plain, f"{name} input {k} (loaded vs torch)")
+        assert_same(want, traced, f"{name} input {k} (loaded trace vs torch)")
+        jm_out, jm_decisions = jm.trace(*args)
+        for a, b in zip(jax_leaves(jm_out), jax_leaves(plain)):
+            np.testing.assert_allclose(np.asarray(a), b, rtol=1e-5, atol=1e-6, err_msg=f"{name} input {k} vs jm")
+        _same_decisions(jm_decisions, decisions, f"{name} input {k}")
+    if name != "mlp":
+        assert any(run[3] for run in results[name]), "no decision was reported"
+    man = manifests[name]
+    assert man["host"] == "staged" and "cpu" in man["platforms"]
+    assert man["source"]["class"].endswith(type(model).__name__) and man["versions"]["torch"] == torch.__version__
+
+
+def jax_leaves(tree) -> list:
+    return list(tree) if isinstance(tree, (list, tuple)) else [tree]
+
+
+def test_one_artifact_takes_every_batch_size(artifacts) -> None:
+    cases, manifests, results, root = artifacts
+    man = manifests["mlp"]
+    assert man["batch"]["dim0"] == "symbolic" and man["inputs"][0]["shape"] == ["b0", 8]
+    assert set(man["platforms"]) == {"cpu", "cuda"}
+    sizes = [run[1].shape[0] for run in results["mlp"]]
+    assert sizes == [3, 7]
+    # the early-exit example was converted at batch 1, which torch specialises: said, and enforced
+    sd = manifests["shallow_deep"]
+    assert sd["batch"]["dim0"] == "fixed" and sd["inputs"][0]["shape"][0] == 1
+    with pytest.raises(CallError, match="expected float32"):
+        dycl_jax.load(str(root / "shallow_deep"))(np.zeros((2, 3, 16, 16), np.float32))
+    assert {tuple(s) for s in sd["trace"]["sites"]} <= {(s, "bool") for s in sd["decision_sites"]}
+
+
+def test_decode_artifact_trims_and_raises_beyond_max_len(artifacts) -> None:
+    cases, manifests, results, _ = artifacts
+    model, jm, inputs = cases["decode"]
+    lengths = set()
+    for k, (args, run) in enumerate(zip(inputs, results["decode"])):
+        with torch.no_grad():
+            want = model(*args)
+        if want.shape[0] - 1 > 3:  # beyond max_len: the located error, as jm(...) raises it
+            with pytest.raises(DecodeBoundError) as info:
+                jm(*args)
+            assert run[:2] == ("error", "DecodeBoundError") and str(info.value) == run[2]
+            assert run[3].endswith("test_staged_decode.py")
+            continue
+        assert_same(want, run[1], f"decode input {k}")
+        _same_decisions(jm.trace(*args)[1], run[3], f"decode input {k}")
+        lengths.add(want.shape[0])
+    assert len(lengths) >= 2 and any(r[0] == "error" for r in results["decode"]), lengths
+
+
+class ShapeByBranch(nn.Module):
+    def forward(self, x):
+        if x.sum() > 0:
+            return x[:1]
+        return x
+
+
+def test_dispatch_model_export_is_refused_with_its_location(tmp_path) -> None:
+    jm = dycl_jax.to_jax(ShapeByBranch(), torch.randn(3, 2))
+    assert jm.host == "dispatch"
+    with pytest.raises(DyclError) as info:
+        jm.export(str(tmp_path / "a"))
+    err = info.value
+    assert err.location is not None and err.location.file.endswith("test_artifact.py")
+    assert "dispatch host" in str(err) and "max_len" in err.fix
+    assert not os.path.exists(tmp_path / "a" / "manifest.json")
+
+
+def test_load_refuses_a_directory_without_manifest(tmp_path) -> None:
+    with pytest.raises(DyclError, match="manifest.json"):
+        dycl_jax.load(str(tmp_path))
+    (tmp_path / "manifest.json").write_text(json.dumps({"format": "other/9"}))
+    with pytest.raises(DyclError, match="format"):
+        dycl_jax.load(str(tmp_path))
+
+
+Scored = collections.namedtuple("Scored", "logits score")
+
+
+class DictInDictOut(nn.Module):
+    """Research-style signature: a dict batch, a threshold baked in, a namedtuple, a list and a
+    Python number out; `x + y` ties the two batch dimensions to one symbol; a loop whose number
+    of tests depends on the input (for the trace's capacity)."""
+
+    def __init__(self):
+        super().__init__()
+        self.l = nn.Linear(4, 3)
+
+    def forward(self, batch, thr):
+        h = self.l(batch["x"]) * 2
+        if h.mean() > thr:
+            h = h + batch["y"]
+        while h.abs().max() > 4:
+            h = h * 0.5
+        return {"out": Scored(h, h.sum()), "list": [h.max(), 3], "n": 7}
+
+
+def test_structured_signature_round_trip_and_call_errors(tmp_path) -> None:
+    torch.manual_seed(0)
+    model = DictInDictOut().eval()
+    jm = dycl_jax.to_jax(model, ({"x": torch.randn(5, 4), "y": torch.randn(5, 3)}, 0.1))
+    capacity = 4
+    man = jm.export(str(tmp_path / "a"), trace_capacity=capacity)
+    assert man["batch"] == {"dim0": "symbolic", "symbols": {"0": "b", "1": "b"}}
+    loaded = dycl_jax.load(str(tmp_path / "a"))
+    g = torch.Generator().manual_seed(3)
+    branches, overflowed = set(), False
+    for n, shift, scale in ((9, -5.0, 1.0), (2, 5.0, 1.0), (3, 0.0, 40.0)):  # other batch sizes, both branches
+        batch = {"x": (torch.randn(n, 4, generator=g) + shift) * scale, "y": torch.randn(n, 3, generator=g)}
+        args = ({k: v.numpy() for k, v in batch.items()}, 0.1)
+        with torch.no_grad():
+            want = model(batch, 0.1)
+        torch_decisions = run_torch_trace(model, "forward", (batch, 0.1))[1]
+        if len(torch_decisions) > capacity:  # more decisions than the log holds: said, with the fix
+            with pytest.raises(DyclError, match=f"made {len(torch_decisions)} decisions.*at most {capacity}") as info:
+                loaded.trace(*args)
+            assert f"trace_capacity={2 * len(torch_decisions)}" in info.value.fix
+            overflowed = True
+            got = loaded(*args)
+        else:
+            got, decisions = loaded.trace(*args)
+            assert decisions == torch_decisions
+            branches.add(decisions[0][1])
+        # a namedtuple comes back as one of its name and fields (the loader imports no user code)
+        assert type(got["out"]).__name__ == "Scored" and got["out"]._fields == Scored._fields
+        assert isinstance(got["list"], list)
+        assert_same(want, {**got, "out": Scored(*got["out"])}, f"batch {n}")
+    assert branches == {True, False} and overflowed
+    x, y = np.zeros((4, 4), np.float32), np.zeros((4, 3), np.float32)
+    for bad, message in [(({"x": x, "y": y}, 0.2), "baked in as 0.1"), (({"x": x}, 0.1), "expected keys"),
+                         (({"x": x, "y": y[:3]}, 0.1), r"expected float32\[b, 3\]"),
+                         (({"x": x.astype(np.float16), "y": y}, 0.1), "expected float32")]:
+        with pytest.raises(CallError, match=message):
+            loaded(*bad)
