@@ -6,6 +6,8 @@ from typing import TYPE_CHECKING, Any, Callable
 import jax
 from flax import nnx
 
+from dycl_jax.emit.writer import EmitInput, emit_source, write
+from dycl_jax.errors import DyclError
 from dycl_jax.lower.int_ranges import int_scope
 from dycl_jax.lower.ops.control_flow import differentiable, recording
 from dycl_jax.rewrite.decisions import Decision
@@ -115,6 +117,23 @@ class JaxModel:
         decisions = list(self._trace_log)
         self._trace_log.clear()
         return self._finish(self.signature.unflatten(outs)), decisions
+
+    def to_source(self) -> str:
+        """The program as a readable Flax NNX module (the text `emit` writes as model.py)."""
+        return emit_source(self._emitted())[0]
+
+    def emit(self, out_dir: str) -> str:
+        """Write `out_dir/model.py` (Flax NNX source, no torch or dycl_jax needed) and its weights
+        beside it; `import model; m = model.load()` gives an nnx.Module called like this one."""
+        return write(self._emitted(), out_dir)
+
+    def _emitted(self) -> "EmitInput":
+        inp = getattr(self, "_emit_input", None)
+        if inp is None:
+            raise DyclError(
+                f"emitted source is built for the staged host only; this model runs on the {self.host} host",
+                fix="convert with host=\"staged\" (a decode loop may stage with max_len=N), or use jm.export")
+        return inp
 
     @property
     def state_paths(self) -> list[str]:
