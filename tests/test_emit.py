@@ -40,10 +40,10 @@ def _leaves(tree) -> list[np.ndarray]:
     return [np.asarray(tree)]
 
 
-def _run_emitted(out: Path, cases: list[tuple], tmp: Path) -> list:
+def _run_emitted(out: Path, cases: list[tuple], tmp: Path, eager: bool) -> list:
     with open(tmp / "cases.pkl", "wb") as f:
         pickle.dump([tuple(a.numpy() for a in c) for c in cases], f)
-    proc = subprocess.run([sys.executable, str(RUNNER), str(out), str(tmp / "cases.pkl"), str(tmp / "res.pkl")],
+    proc = subprocess.run([sys.executable, str(RUNNER), str(out), str(tmp / "cases.pkl"), str(tmp / "res.pkl"), "eager" if eager else ""],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     with open(tmp / "res.pkl", "rb") as f:
@@ -72,7 +72,8 @@ def test_emitted_module_matches_torch_and_jm(name: str, n: int, tmp_path: Path) 
     if name in BUDGET:  # size: at most 3x the lines of the torch model's own classes
         assert len(text.splitlines()) <= 3 * _definition_lines(model), (name, len(text.splitlines()))
     cases = _cases(mod, n)
-    emitted = _run_emitted(tmp_path / "out", cases, tmp_path)
+    eager = name == "examples.resnet_small"  # an eager lax.cond compiles per call: jitted elsewhere
+    emitted = _run_emitted(tmp_path / "out", cases, tmp_path, eager)
     paths = set()
     for k, (case, got) in enumerate(zip(cases, emitted)):
         with torch.no_grad():
@@ -84,8 +85,10 @@ def test_emitted_module_matches_torch_and_jm(name: str, n: int, tmp_path: Path) 
             _same(np.asarray(m), o, f"{name} case {k} output {j} vs jm")
         if hasattr(mod, "path_of"):
             paths.add(mod.path_of(model, case))
-    for w, o in zip(_leaves(model(*cases[0])), _leaves_jax(emitted[-1])):  # the eager call, numpy in
-        _same(w, np.asarray(o), f"{name} eager call")
+    if eager:
+        with torch.no_grad():
+            for w, o in zip(_leaves(model(*cases[0])), _leaves_jax(emitted[-1])):  # the direct call, numpy in
+                _same(w, np.asarray(o), f"{name} eager call")
     if hasattr(mod, "path_of"):
         assert len(paths) >= 2, f"{name}: the inputs exercise only one path"
 

@@ -3,6 +3,7 @@ decision site and the user's file:line as a comment; branches and loop bodies as
 from __future__ import annotations
 
 import os
+import re
 from typing import Any
 
 import torch
@@ -22,17 +23,18 @@ def _subgraph(body: Body, node: Any) -> torch.fx.GraphModule:
 
 
 def _comment(node: torch.fx.Node) -> str:
+    """The decision site and the user's line it came from, as a comment above the construct."""
     loc = node_location(node)
-    where = f"{os.path.basename(loc.file)}:{loc.line}" if loc else "?"
-    site = node_site(node)
     code = f": {loc.code.strip()}" if loc and loc.code else ""
-    if site.startswith("guard@"):
-        return f"# early exit / break flag from {loc.file if loc else '?'}:{loc.line if loc else '?'}{code}"
-    return f"# {site} ({loc.file if loc else where}:{loc.line if loc else ''}){code}"
+    site = node_site(node)
+    if site.startswith("guard@"):  # the rewrite's flag for an early return / break / continue
+        where = f"{os.path.basename(loc.file)}:{loc.line}" if loc else "?"
+        return f"# early exit (return/break/continue) from {where}{code}"
+    return f"# {site}{code}"
 
 
-def _graph_function(outer: Body, gm: torch.fx.GraphModule, name: str, params: list[str], bound: dict,
-                    unpack: bool) -> list[str]:
+def _graph_function(outer: Body, gm: torch.fx.GraphModule, name: str, params: list[str], bound: list,
+                    unpack: bool, returned: list[str] | None = None) -> list[str]:
     """`def name(params): ...` for a branch or loop graph; placeholders are `bound` (state, closures) or params."""
     inner = Body(outer.program, outer.context, gm, reserved=set(outer.reserved) | set(outer.holder) | {name})
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
@@ -52,6 +54,8 @@ def _graph_function(outer: Body, gm: torch.fx.GraphModule, name: str, params: li
     out_node = next(n for n in gm.graph.nodes if n.op == "output")
     outs = list(out_node.args[0]) if isinstance(out_node.args[0], (list, tuple)) else [out_node.args[0]]
     exprs = inner.run(items, outs)
+    if returned is not None:  # the names the body gives its results name the construct's outputs
+        returned[:] = [re.sub(r"_\d+$", "", str(e)) if str(e).isidentifier() else "" for e in exprs]
     head = f"def {name}(carry):" if unpack else f"def {name}({', '.join(params)}):"
     lines = [head] + ([f"    {', '.join(params)}{',' if len(params) == 1 else ''} = carry"] if unpack else [])
     lines += ["    " + ln for ln in inner.lines]
@@ -106,11 +110,12 @@ def emit_control(body: Body, node: torch.fx.Node, users: dict, line_of: dict, i:
         if isinstance(val, torch.Tensor) and (val.dim() or val.dtype != torch.bool):
             p = Expr(f"{lit(p)}.reshape(()).astype(bool)")
         names = [body.fresh(f"then_{tag}", node), body.fresh(f"else_{tag}", node)]
-        for name, gm in zip(names, (true_gm, false_gm)):
-            body.lines += _graph_function(body, gm, name, params, bound, unpack=False)
+        returned: list[list[str]] = [[], []]
+        for name, gm, ret in zip(names, (true_gm, false_gm), returned):
+            body.lines += _graph_function(body, gm, name, params, bound, unpack=False, returned=ret)
         n_out = len(node.meta["val"]) if isinstance(node.meta.get("val"), (list, tuple)) else 1
         call = f"jax.lax.cond({lit(p)}, {names[0]}, {names[1]}{''.join(', ' + a for a in passed)})"
-        wanted = _output_names(body, node, true_gm, n_out)
+        wanted = [a or b or w for a, b, w in zip(*returned, _output_names(body, node, true_gm, n_out))]
     else:
         test, step, carried, additional = node.args
         test_gm, step_gm = _subgraph(body, test), _subgraph(body, step)
@@ -120,12 +125,13 @@ def emit_control(body: Body, node: torch.fx.Node, users: dict, line_of: dict, i:
             raise body.program.no_rule(node, "a while_loop carrying state or Python values")
         bound_a = [b if b is not None else body._named(body.value(a)) for b, a in zip(bound_a, additional)]
         names = [body.fresh(f"test_{tag}", node), body.fresh(f"body_{tag}", node)]
+        returned = []
         for name, gm in zip(names, (test_gm, step_gm)):
-            body.lines += _graph_function(body, gm, name, params, bound_c + bound_a, unpack=True)
+            body.lines += _graph_function(body, gm, name, params, bound_c + bound_a, unpack=True, returned=returned)
         n_out = len(carried)
         init = ", ".join(passed) + ("," if len(passed) == 1 else "")
         call = f"jax.lax.while_loop({names[0]}, {names[1]}, ({init}))"
-        wanted = _output_names(body, node, step_gm, n_out)
+        wanted = [p if p.isidentifier() else w for p, w in zip(params, _output_names(body, node, step_gm, n_out))]
     for k in range(len(wanted)):  # liveness first, so two outputs never get one name
         getter = next((u for u in node.users if u.args[1] == k), None)
         body.last_use[(node, k)] = body.last_use.get(getter, -1) if getter is not None else -1

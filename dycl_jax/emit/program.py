@@ -26,6 +26,7 @@ class Program:
         self.refs = dict(refs)  # placeholder -> torch state path
         self.raw: dict[str, None] = {}  # state read as plain arrays (not through a Flax layer), in order
         self.bodies: dict[str, tuple[list[str], list[str]]] = {}  # instance path -> (params, body lines)
+        self.aliases: dict[str, str] = {}  # call path -> the path its layer's weights live under
         self._map_branches(gm)
         self.layers: dict[str, Layer] = self._find_layers(gm)
 
@@ -45,8 +46,8 @@ class Program:
         self.raw[path] = None
         return f"{hierarchy.relative(path, context)}[...]"
 
-    def owner(self, call: hierarchy.Call) -> str:
-        return call.path
+    def layer_of(self, call: hierarchy.Call) -> Layer | None:
+        return self.layers.get(self.aliases.get(call.path, call.path))
 
     # ---- layers and calls --------------------------------------------------------------
     def _map_branches(self, gm: torch.fx.GraphModule) -> None:
@@ -80,11 +81,19 @@ class Program:
         shape = lambda p: tuple(self.state[p].shape) if p in self.state else ()  # noqa: E731
         f32 = lambda p: all(t.dtype == torch.float32 for k, t in self.state.items()  # noqa: E731
                            if k.startswith(p + ".") and t.is_floating_point())
+        state = self._state_by_name(gm)
         for (key, path), nodes in by_key.items():
             cls = self.classes.get(path)
-            found.setdefault(path, []).append(match(cls, path, nodes, self._state_by_name(gm), shape, f32) if cls else None)
-        return {p: ls[0] for p, ls in found.items()
-                if ls[0] is not None and all(x is not None and x.fields == ls[0].fields for x in ls)}
+            # a module registered twice (`self.ds = block.downsample`) reads its weights under the first path
+            owners = {r.rpartition(".")[0] for n in nodes for a in n.all_input_nodes if (r := state(a))}
+            home = owners.pop() if len(owners) == 1 else path
+            if home != path and self.classes.get(home) is cls:
+                self.aliases[path] = home
+            found.setdefault(home, []).append(match(cls, home, nodes, state, shape, f32) if cls else None)
+        layers = {p: ls[0] for p, ls in found.items()
+                  if ls[0] is not None and all(x is not None and x.fields == ls[0].fields for x in ls)}
+        self.aliases = {p: q for p, q in self.aliases.items() if q in layers}
+        return layers
 
     def _state_by_name(self, gm: torch.fx.GraphModule) -> Any:
         # before any body runs, branch placeholders are not yet mapped: follow cond operands by name
@@ -93,7 +102,7 @@ class Program:
 
     def inline(self, call: hierarchy.Call) -> bool:
         """Whether a module call is written into its caller rather than as `self.<path>(...)`."""
-        if call.path in self.layers:
+        if self.layer_of(call) is not None:
             return False
         cls = self.classes.get(call.path)
         if cls is None or cls.__module__.startswith("torch."):
@@ -115,7 +124,7 @@ class Program:
         return False
 
     def call_location(self, call: hierarchy.Call) -> Location | None:
-        if call.path in self.layers:
+        if self.layer_of(call) is not None:
             return node_location(call.nodes[0])  # torch's frames are skipped: this is the caller's line
         cls = self.classes.get(call.path)
         try:

@@ -58,7 +58,7 @@ _LAYOUT = {{
 def load(path=None):
     """{root} with the weights in `path` (default: {weights} beside this file)."""
     path = path or os.path.join(os.path.dirname(os.path.abspath(__file__)), "{weights}")
-    model = {root}(rngs=nnx.Rngs(0))
+    model = nnx.eval_shape(lambda: {root}(rngs=nnx.Rngs(0)))  # shapes only: the values come from the file
     for name, w in safetensors.numpy.load_file(path).items():
         *parents, leaf = name.split(".")
         module = model
@@ -66,9 +66,12 @@ def load(path=None):
             module = module[int(p)] if p.isdigit() else getattr(module, p)
         attr, convert = _LAYOUT.get(type(module), {{}}).get(leaf, (leaf, None))
         var, value = getattr(module, attr), jnp.asarray(convert(w) if convert else w)
-        if var[...].shape != value.shape:
-            raise ValueError(f"{{name}}: stored shape {{value.shape}}, model expects {{var[...].shape}}")
-        var[...] = value
+        if var.get_raw_value().shape != value.shape:
+            raise ValueError(f"{{name}}: stored shape {{value.shape}}, model expects {{var.get_raw_value().shape}}")
+        var.set_raw_value(value)
+    missing = [k for k, v in nnx.state(model).flat_state() if isinstance(v.get_raw_value(), jax.ShapeDtypeStruct)]
+    if missing:
+        raise ValueError(f"{{path}} has no values for {{missing}}")
     return model
 '''
 
