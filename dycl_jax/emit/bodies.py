@@ -79,7 +79,10 @@ class Body:
         return name
 
     def bind(self, node: Any, expr: str, wanted: str) -> Expr:
-        if expr.isidentifier():
+        if expr.isidentifier():  # another node for the same value (a clone, an item): the name lives on
+            if expr in self.holder:
+                held = self.holder[expr]
+                self.last_use[held] = max(self.last_use.get(held, -1), self.last_use.get(node, -1))
             return Expr(expr)
         name = self.fresh(wanted, node)
         self.lines.append(f"{name} = {expr}")
@@ -164,8 +167,9 @@ class Body:
             return
         if target is operator.getitem:
             src, k = node.args
-            if src in self.env and isinstance(self.env[src], tuple):  # cond / while outputs, or a tuple op
-                self._publish(node, self.env[src][k], users, line_of, i)
+            parts = self.env.get(src)
+            if isinstance(parts, tuple) and isinstance(k, int) and 0 <= k < len(parts) and parts[k] is not None:
+                self._publish(node, parts[k], users, line_of, i)  # cond / while outputs, or a tuple op's item
                 return
             raise self.program.no_rule(node, f"item {k} of {getattr(src.target, '__name__', src.target)}")
         if target in _PY_OPS:
@@ -184,6 +188,9 @@ class Body:
             text = r.text(*args, **kwargs, **({"node": node} if r.node else {}))
         except (KeyError, TypeError) as exc:
             raise self.program.no_rule(node, f"{target} with these arguments ({exc})") from None
+        if isinstance(text, tuple):  # a list-valued op (split): one text per item
+            self.env[node] = tuple(Expr(t) for t in text)
+            return
         if r.parts:
             self.env[node] = tuple(Expr(text) if k in r.parts else None for k in range(max(r.parts) + 3))
             return

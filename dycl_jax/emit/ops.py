@@ -206,4 +206,23 @@ def _squeeze(a: Any, dims: Any, node: Any) -> str:
     return f"jnp.squeeze({lit(a)}, axis={lit(keep)})" if keep else lit(a)
 
 
+@rule(aten.split_with_sizes.default, aten.split.Tensor, named=True)
+def _split(a: Any, sizes: Any, dim: int = 0) -> tuple[str, ...]:
+    if isinstance(sizes, int):
+        raise KeyError("split with a chunk size")  # the item count needs the shape
+    starts = [sum(sizes[:k]) for k in range(len(sizes))]
+    return tuple(f"jax.lax.slice_in_dim({lit(a)}, {s}, {s + n}, axis={dim})" for s, n in zip(starts, sizes))
+
+
+@rule(aten.arange.start_step, aten.arange.start, aten.arange.default, dtype="own", node=True)
+def _arange(*bounds: Any, node: Any, **_: Any) -> str:
+    # the dtype torch chose (int64 for integer bounds, the default float otherwise)
+    return f"jnp.arange({', '.join(lit(b) for b in bounds)}, dtype={dtype_text(node.meta['val'].dtype)})"
+
+
+rule(aten.any.default, dtype="own")(lambda a: f"jnp.any({lit(a)})")
+rule(aten.all.default, dtype="own")(lambda a: f"jnp.all({lit(a)})")
+rule(aten.any.dim, dtype="own")(lambda a, dim, keepdim=False: f"jnp.any({lit(a)}, axis={dim}, keepdims={keepdim})")
+
+
 NO_VALUE = {aten._assert_tensor_metadata.default}  # checks only: they emit nothing
