@@ -225,4 +225,35 @@ rule(aten.all.default, dtype="own")(lambda a: f"jnp.all({lit(a)})")
 rule(aten.any.dim, dtype="own")(lambda a, dim, keepdim=False: f"jnp.any({lit(a)}, axis={dim}, keepdims={keepdim})")
 
 
+@rule(aten.full_like.default, aten.zeros_like.default, aten.ones_like.default, dtype="own", node=True)
+def _full_like(a: Any, *value: Any, node: Any, **_: Any) -> str:
+    fill = value[0] if value else (0 if node.target is aten.zeros_like.default else 1)
+    return f"jnp.full_like({lit(a)}, {lit(fill)}, dtype={dtype_text(node.meta['val'].dtype)})"
+
+
+rule(aten.pow.Tensor_Scalar, aten.pow.Tensor_Tensor, dtype="promote")(lambda a, b: f"{lit(a)} ** {lit(b)}")
+
+
+@rule(aten.linalg_vector_norm.default)
+def _vector_norm(a: Any, ord: Any = 2, dim: Any = None, keepdim: bool = False, dtype: Any = None) -> str:
+    axis = _axes(dim) if dim else None
+    return f"jnp.linalg.vector_norm({lit(a)}, ord={lit(float(ord))}, axis={axis}, keepdims={keepdim})"
+
+
+rule(aten.gelu.default)(lambda a, approximate="none": f"jax.nn.gelu({lit(a)}, approximate={approximate == 'tanh'})")
+rule(aten.mean.default)(lambda a, dtype=None: f"jnp.mean({lit(a)})")
+rule(aten.sum.default, dtype="own")(lambda a, dtype=None: f"jnp.sum({lit(a)})")
+
+
+rule(aten.any.dims, dtype="own")(
+    lambda a, dim=None, keepdim=False: f"jnp.any({lit(a)}, axis={_axes(dim) if dim else None}, keepdims={keepdim})")
+
+
+@rule(aten._adaptive_avg_pool2d.default)
+def _adaptive_avg(x: Any, size: Any) -> str:
+    if tuple(size) != (1, 1):
+        raise KeyError("_adaptive_avg_pool2d")  # only the global pool has a one-line form
+    return f"jnp.mean({lit(x)}, axis=(2, 3), keepdims=True)"
+
+
 NO_VALUE = {aten._assert_tensor_metadata.default}  # checks only: they emit nothing
