@@ -13,6 +13,7 @@ import torch.utils._pytree as pytree
 import dycl_jax.lower.ops  # noqa: F401  (registers every lowering)
 from dycl_jax.capture.export import StateEntry, TensorSpec, _leaf_names, capture
 from dycl_jax.errors import AliasedUpdateError, DyclError, InputMutationError, UnsupportedOpError
+from dycl_jax.emit.writer import EmitInput
 from dycl_jax.host.dispatch import DispatchHost
 from dycl_jax.host.select import HOSTS, dispatch_reason, staged_refusal, user_location
 from dycl_jax.host.staged import staged_fn
@@ -112,6 +113,9 @@ def _staged(model: torch.nn.Module, args: tuple, method: str, dynamic_batch: boo
     jm._report = build_report(type(model).__name__, method, jm.host, cap, graph, timings, rewrite_record)
     jm._report.integers = describe_ints(ints)
     jm.source = model_source(model, method)
+    jm._emit_input = EmitInput(cap.ep, {e.path: e.tensor for e in cap.state},
+                               {p: type(m) for p, m in model.named_modules(remove_duplicate=False)},
+                               [s.name for s in cap.inputs], cap.out_spec, type(model).__name__, ints.wide)
     return jm
 
 

@@ -57,6 +57,16 @@ def node_location(node: torch.fx.Node) -> Location | None:
     return locs[0] if locs else None
 
 
+def node_frames(node: torch.fx.Node) -> list[Location]:
+    """Every user frame of `node`'s stack trace, outermost first, rewritten lines mapped back."""
+    out = []
+    for file, line, code in _user_frames(node):
+        loc = origins.resolve(file, line) if file.startswith(_GENERATED) else Location(file, line, code)
+        if loc is not None:
+            out.append(loc)
+    return out
+
+
 def node_site(node: torch.fx.Node) -> str:
     """The decision-site label of a control-flow node, as the rewrite stage named it."""
     for file, line, _ in reversed(_user_frames(node)):

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import jax
 from flax import nnx
 
+from dycl_jax.errors import DyclError
 from dycl_jax.lower.int_ranges import int_scope
 from dycl_jax.lower.ops.control_flow import differentiable, recording
 from dycl_jax.rewrite.decisions import Decision
@@ -14,6 +15,7 @@ from dycl_jax.runtime.signature import CallSignature
 from dycl_jax.runtime.state import flat_values
 
 if TYPE_CHECKING:  # the report stage comes after runtime; only its type is named here
+    from dycl_jax.emit.writer import EmitInput
     from dycl_jax.report.record import ConversionReport
 
 FlatFn = Callable[[list[Any], list[Any]], tuple[Any, ...]]
@@ -125,6 +127,27 @@ class JaxModel:
         `trace_capacity` bounds the decisions one traced call can report. Returns the manifest."""
         from dycl_jax.runtime.artifact import write_artifact  # the writer needs torch; loading does not
         return write_artifact(self, path, trace_capacity)
+
+    def to_source(self) -> str:
+        """The program as a readable Flax NNX module (the text `emit` writes as model.py)."""
+        from dycl_jax.emit.writer import emit_source  # torch is needed to emit, not to call
+
+        return emit_source(self._emitted())[0]
+
+    def emit(self, out_dir: str) -> str:
+        """Write `out_dir/model.py` (Flax NNX source, no torch or dycl_jax needed) and its weights
+        beside it; `import model; m = model.load()` gives an nnx.Module called like this one."""
+        from dycl_jax.emit.writer import write
+
+        return write(self._emitted(), out_dir)
+
+    def _emitted(self) -> "EmitInput":
+        inp = getattr(self, "_emit_input", None)
+        if inp is None:
+            raise DyclError(
+                f"emitted source is built for the staged host only; this model runs on the {self.host} host",
+                fix="convert with host=\"staged\" (a decode loop may stage with max_len=N), or use jm.export")
+        return inp
 
     @property
     def state_paths(self) -> list[str]:

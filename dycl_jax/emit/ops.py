@@ -1,0 +1,259 @@
+"""The emission table: core-ATen op → jnp/lax expression text, one small rule per op family."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+
+aten = torch.ops.aten
+_INT_MAX = 2**62  # torch writes "to the end" of a slice as a huge end index
+
+
+class Expr(str):
+    """The text of one array (or Python int) expression in emitted code."""
+
+
+@dataclass(frozen=True)
+class Rule:
+    """How one op becomes text. `dtype`: "promote" (elementwise, JAX promotion of the inputs),
+    "first" (the first tensor input's), "own" (the template sets its dtype itself); the emitter
+    adds a cast where torch recorded another dtype. `parts`: a tuple-valued op whose getitem k
+    the template returns for k in `parts` (other items have no rule)."""
+
+    text: Callable[..., str]
+    dtype: str = "first"
+    parts: tuple[int, ...] = ()
+    named: bool = False  # the text repeats an argument: arguments must be names, not expressions
+    node: bool = False  # the template reads torch's metadata: it gets the fx node as `node=`
+
+
+RULES: dict[Any, Rule] = {}
+
+
+def rule(*ops: Any, dtype: str = "first", parts: tuple[int, ...] = (), named: bool = False,
+         node: bool = False) -> Callable:
+    def deco(fn: Callable[..., str]) -> Callable[..., str]:
+        for op in ops:
+            assert op not in RULES, op  # one rule per overload, as in the lowering registry
+            RULES[op] = Rule(fn, dtype, parts, named, node)
+        return fn
+    return deco
+
+
+def lit(v: Any) -> str:
+    """A Python value as source text (lists of ints become tuples, dtypes jnp names)."""
+    if isinstance(v, Expr):
+        return str(v)
+    if isinstance(v, (list, tuple)):
+        items = [lit(x) for x in v]
+        return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
+    if isinstance(v, torch.dtype):
+        return dtype_text(v)
+    if isinstance(v, float) and (v != v or v in (float("inf"), float("-inf"))):
+        return {"inf": "jnp.inf", "-inf": "-jnp.inf"}.get(str(v), "jnp.nan")
+    return repr(v)
+
+
+def dtype_text(dt: torch.dtype) -> str:
+    # int64 is held as int32, as in the converted program's default policy
+    name = {torch.int64: "int32", torch.float64: "float64", torch.bool: "bool_"}.get(dt, str(dt).replace("torch.", ""))
+    return f"jnp.{name}"
+
+
+def _axes(dims: Any) -> str:
+    return lit(tuple(dims)) if isinstance(dims, (list, tuple)) else lit(dims)
+
+
+def _binary(sym: str) -> Callable[..., str]:
+    def text(a: Any, b: Any, alpha: Any = 1, **_: Any) -> str:
+        rhs = lit(b) if alpha == 1 else f"{lit(alpha)} * {lit(b)}"
+        return f"{lit(a)} {sym} {rhs}"
+    return text
+
+
+for _op, _sym in ((aten.add, "+"), (aten.sub, "-")):
+    rule(_op.Tensor, _op.Scalar, dtype="promote")(_binary(_sym))
+for _op, _sym in ((aten.mul, "*"), (aten.div, "/"), (aten.eq, "=="), (aten.ne, "!="), (aten.gt, ">"),
+                  (aten.ge, ">="), (aten.lt, "<"), (aten.le, "<=")):
+    rule(_op.Tensor, _op.Scalar, dtype="own" if _sym not in "*/" else "promote")(_binary(_sym))
+rule(aten.logical_and.default, dtype="own")(lambda a, b: f"jnp.logical_and({lit(a)}, {lit(b)})")
+rule(aten.logical_or.default, dtype="own")(lambda a, b: f"jnp.logical_or({lit(a)}, {lit(b)})")
+rule(aten.logical_not.default, dtype="own")(lambda a: f"jnp.logical_not({lit(a)})")
+rule(aten.remainder.Scalar, aten.remainder.Tensor, dtype="promote")(lambda a, b: f"jnp.remainder({lit(a)}, {lit(b)})")
+rule(aten.where.self, dtype="promote")(lambda c, a, b: f"jnp.where({lit(c)}, {lit(a)}, {lit(b)})")
+
+for _name, _fn in (("relu", "jax.nn.relu"), ("sigmoid", "jax.nn.sigmoid"), ("tanh", "jnp.tanh"), ("exp", "jnp.exp"),
+                   ("log", "jnp.log"), ("neg", "jnp.negative"), ("sqrt", "jnp.sqrt"), ("rsqrt", "jax.lax.rsqrt"),
+                   ("abs", "jnp.abs")):
+    rule(getattr(aten, _name).default)(lambda a, _fn=_fn: f"{_fn}({lit(a)})")
+rule(aten.detach.default)(lambda a: f"jax.lax.stop_gradient({lit(a)})")
+rule(aten.clone.default, aten.alias.default)(lambda a, **_: lit(a))  # arrays are values: a copy is the array
+rule(aten._softmax.default)(lambda a, dim, half: f"jax.nn.softmax({lit(a)}, axis={dim})")
+rule(aten._log_softmax.default)(lambda a, dim, half: f"jax.nn.log_softmax({lit(a)}, axis={dim})")
+rule(aten._to_copy.default, dtype="own")(
+    lambda a, dtype=None, **_: lit(a) if dtype is None else f"{lit(a)}.astype({dtype_text(dtype)})")
+
+# reductions
+rule(aten.mean.dim)(lambda a, dims, keepdim=False, **_: f"jnp.mean({lit(a)}, axis={_axes(dims)}, keepdims={keepdim})")
+rule(aten.sum.dim_IntList, dtype="own")(
+    lambda a, dims, keepdim=False, dtype=None: f"jnp.sum({lit(a)}, axis={_axes(dims) if dims else None}, keepdims={keepdim})")
+rule(aten.max.default)(lambda a: f"jnp.max({lit(a)})")
+rule(aten.amax.default)(lambda a, dims=(), keepdim=False: f"jnp.max({lit(a)}, axis={_axes(dims) if dims else None}, keepdims={keepdim})")
+rule(aten.argmax.default, dtype="own")(
+    lambda a, dim=None, keepdim=False: f"jnp.argmax({lit(a)}, axis={dim}, keepdims={keepdim})")
+
+# shapes (the graph's shape arguments already hold `x.shape[0]` where the batch is dynamic)
+rule(aten.sym_size.int, dtype="own")(lambda a, d: f"{lit(a)}.shape[{d}]")
+rule(aten.view.default, aten._unsafe_view.default, aten.reshape.default)(lambda a, shape: f"{lit(a)}.reshape({lit(shape)})")
+rule(aten.permute.default)(lambda a, dims: f"{lit(a)}.transpose({lit(dims)})")
+rule(aten.unsqueeze.default)(lambda a, d: f"jnp.expand_dims({lit(a)}, {d})")
+rule(aten.cat.default, dtype="promote")(lambda xs, dim=0: f"jnp.concatenate([{', '.join(lit(x) for x in xs)}], axis={dim})")
+rule(aten.index_select.default)(lambda a, dim, idx: f"jnp.take({lit(a)}, {lit(idx)}, axis={dim})")
+rule(aten.expand.default)(lambda a, shape, **_: f"jnp.broadcast_to({lit(a)}, {lit(shape)})")
+
+
+@rule(aten.select.int)
+def _select(a: Any, dim: int, index: Any) -> str:
+    return f"{lit(a)}[{':, ' * dim if dim >= 0 else '..., '}{lit(index)}]"
+
+
+@rule(aten.slice.Tensor)
+def _slice(a: Any, dim: int = 0, start: Any = None, end: Any = None, step: int = 1) -> str:
+    start = "" if start in (None, 0) else lit(start)
+    end = "" if end is None or (isinstance(end, int) and end >= _INT_MAX) else lit(end)
+    step_text = "" if step == 1 else f":{step}"
+    return f"{lit(a)}[{':, ' * dim}{start}:{end}{step_text}]"
+
+
+@rule(aten.full.default, dtype="own")
+def _full(size: Any, value: Any, dtype: Any = None, **_: Any) -> str:
+    return f"jnp.full({lit(size)}, {lit(value)}, {dtype_text(dtype) if dtype else 'jnp.float32'})"
+
+
+# products and network ops on torch's NCHW layout (standard layers are recognised before these)
+rule(aten.mm.default, aten.bmm.default, dtype="promote")(lambda a, b: f"{lit(a)} @ {lit(b)}")
+rule(aten.addmm.default, dtype="promote")(lambda bias, a, b, **_: f"{lit(bias)} + {lit(a)} @ {lit(b)}")
+rule(aten.embedding.default)(lambda w, idx, *_: f"jnp.take({lit(w)}, {lit(idx)}, axis=0)")
+
+
+@rule(aten.convolution.default)
+def _conv(x: Any, w: Any, b: Any, stride: Any, padding: Any, dilation: Any, transposed: bool, out_pad: Any,
+          groups: int) -> str:
+    if transposed or len(stride) != 2:
+        raise KeyError("convolution")  # only the 2-d forward convolution has a rule
+    text = (f"jax.lax.conv_general_dilated({lit(x)}, {lit(w)}, {lit(stride)}, {lit([(p, p) for p in padding])}, "
+            f"rhs_dilation={lit(dilation)}, dimension_numbers=('NCHW', 'OIHW', 'NCHW'), feature_group_count={groups})")
+    return text if b is None else f"{text} + {lit(b)}[:, None, None]"
+
+
+@rule(aten._native_batch_norm_legit_no_training.default, parts=(0,), named=True)
+def _batch_norm(x: Any, w: Any, b: Any, mean: Any, var: Any, momentum: float, eps: float) -> str:
+    def col(v: Any) -> str:
+        return f"{lit(v)}.reshape(-1, *([1] * ({lit(x)}.ndim - 2)))"
+    out = f"({lit(x)} - {col(mean)}) * jax.lax.rsqrt({col(var)} + {eps!r})"
+    if w is not None:
+        out = f"{out} * {col(w)}"
+    return out if b is None else f"{out} + {col(b)}"
+
+
+def _window(x: Any, init: str, op: str, kernel: Any, stride: Any, padding: Any) -> str:
+    stride = stride or kernel
+    pads = [(0, 0), (0, 0)] + [(p, p) for p in (padding if len(padding) == 2 else list(padding) * 2)]
+    return (f"jax.lax.reduce_window({lit(x)}, {init}, {op}, {lit((1, 1, *kernel))}, {lit((1, 1, *stride))}, "
+            f"{lit(pads)})")
+
+
+@rule(aten.max_pool2d_with_indices.default, parts=(0,))
+def _max_pool(x: Any, kernel: Any, stride: Any = (), padding: Any = (0, 0), dilation: Any = (1, 1),
+              ceil_mode: bool = False) -> str:
+    if ceil_mode or tuple(dilation) not in ((1, 1), (1,)):
+        raise KeyError("max_pool2d_with_indices")
+    return _window(x, "-jnp.inf", "jax.lax.max", kernel, stride, padding)
+
+
+@rule(aten.avg_pool2d.default)
+def _avg_pool(x: Any, kernel: Any, stride: Any = (), padding: Any = (0, 0), ceil_mode: bool = False,
+              count_include_pad: bool = True, divisor: Any = None) -> str:
+    if ceil_mode or any(padding) or divisor is not None:
+        raise KeyError("avg_pool2d")
+    return f"{_window(x, '0.0', 'jax.lax.add', kernel, stride, padding)} / {kernel[0] * kernel[-1]}"
+
+
+@rule(aten.adaptive_max_pool2d.default, parts=(0,))
+def _adaptive_max(x: Any, size: Any) -> str:
+    if tuple(size) != (1, 1):
+        raise KeyError("adaptive_max_pool2d")
+    return f"jnp.max({lit(x)}, axis=(2, 3), keepdims=True)"
+
+
+@rule(aten.native_layer_norm.default, parts=(0,), named=True)
+def _layer_norm(x: Any, shape: Any, w: Any, b: Any, eps: float) -> str:
+    axes = lit(tuple(range(-len(shape), 0)))
+    out = (f"({lit(x)} - jnp.mean({lit(x)}, axis={axes}, keepdims=True)) * "
+           f"jax.lax.rsqrt(jnp.var({lit(x)}, axis={axes}, keepdims=True) + {eps!r})")
+    if w is not None:
+        out = f"{out} * {lit(w)}"
+    return out if b is None else f"{out} + {lit(b)}"
+
+
+@rule(aten.squeeze.dims, aten.squeeze.dim, node=True)
+def _squeeze(a: Any, dims: Any, node: Any) -> str:
+    # torch leaves a dimension that is not of size 1 in place; jnp would raise
+    shape = node.args[0].meta["val"].shape
+    dims = [dims] if isinstance(dims, int) else dims
+    keep = tuple(d % len(shape) for d in dims if len(shape) and isinstance(shape[d], int) and shape[d] == 1)
+    return f"jnp.squeeze({lit(a)}, axis={lit(keep)})" if keep else lit(a)
+
+
+@rule(aten.split_with_sizes.default, aten.split.Tensor, named=True)
+def _split(a: Any, sizes: Any, dim: int = 0) -> tuple[str, ...]:
+    if isinstance(sizes, int):
+        raise KeyError("split with a chunk size")  # the item count needs the shape
+    starts = [sum(sizes[:k]) for k in range(len(sizes))]
+    return tuple(f"jax.lax.slice_in_dim({lit(a)}, {s}, {s + n}, axis={dim})" for s, n in zip(starts, sizes))
+
+
+@rule(aten.arange.start_step, aten.arange.start, aten.arange.default, dtype="own", node=True)
+def _arange(*bounds: Any, node: Any, **_: Any) -> str:
+    # the dtype torch chose (int64 for integer bounds, the default float otherwise)
+    return f"jnp.arange({', '.join(lit(b) for b in bounds)}, dtype={dtype_text(node.meta['val'].dtype)})"
+
+
+rule(aten.any.default, dtype="own")(lambda a: f"jnp.any({lit(a)})")
+rule(aten.all.default, dtype="own")(lambda a: f"jnp.all({lit(a)})")
+rule(aten.any.dim, dtype="own")(lambda a, dim, keepdim=False: f"jnp.any({lit(a)}, axis={dim}, keepdims={keepdim})")
+
+
+@rule(aten.full_like.default, aten.zeros_like.default, aten.ones_like.default, dtype="own", node=True)
+def _full_like(a: Any, *value: Any, node: Any, **_: Any) -> str:
+    fill = value[0] if value else (0 if node.target is aten.zeros_like.default else 1)
+    return f"jnp.full_like({lit(a)}, {lit(fill)}, dtype={dtype_text(node.meta['val'].dtype)})"
+
+
+rule(aten.pow.Tensor_Scalar, aten.pow.Tensor_Tensor, dtype="promote")(lambda a, b: f"{lit(a)} ** {lit(b)}")
+
+
+@rule(aten.linalg_vector_norm.default)
+def _vector_norm(a: Any, ord: Any = 2, dim: Any = None, keepdim: bool = False, dtype: Any = None) -> str:
+    axis = _axes(dim) if dim else None
+    return f"jnp.linalg.vector_norm({lit(a)}, ord={lit(float(ord))}, axis={axis}, keepdims={keepdim})"
+
+
+rule(aten.gelu.default)(lambda a, approximate="none": f"jax.nn.gelu({lit(a)}, approximate={approximate == 'tanh'})")
+rule(aten.mean.default)(lambda a, dtype=None: f"jnp.mean({lit(a)})")
+rule(aten.sum.default, dtype="own")(lambda a, dtype=None: f"jnp.sum({lit(a)})")
+
+
+rule(aten.any.dims, dtype="own")(
+    lambda a, dim=None, keepdim=False: f"jnp.any({lit(a)}, axis={_axes(dim) if dim else None}, keepdims={keepdim})")
+
+
+@rule(aten._adaptive_avg_pool2d.default)
+def _adaptive_avg(x: Any, size: Any) -> str:
+    if tuple(size) != (1, 1):
+        raise KeyError("_adaptive_avg_pool2d")  # only the global pool has a one-line form
+    return f"jnp.mean({lit(x)}, axis=(2, 3), keepdims=True)"
+
+
+NO_VALUE = {aten._assert_tensor_metadata.default}  # checks only: they emit nothing

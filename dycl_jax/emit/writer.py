@@ -1,0 +1,155 @@
+"""The emitted file: header and helpers, the classes, the loader; and the weights beside it."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+import torch.utils._pytree as pytree
+from torch.export.graph_signature import InputKind
+
+from dycl_jax.emit import hierarchy
+from dycl_jax.emit.bodies import Body
+from dycl_jax.emit.classes import build_classes
+from dycl_jax.emit.layers import TORCH_NAMES
+from dycl_jax.emit.ops import Expr, lit
+from dycl_jax.emit.program import Program
+from dycl_jax.errors import DyclError
+
+WEIGHTS = "model.safetensors"
+
+_HEADER = '''"""{model} converted from PyTorch by dycl_jax: Flax NNX modules, torch's NCHW layout.
+
+`model = load()` builds it with the weights stored beside this file (torch names, converted
+to Flax layouts once, at load) and returns an `nnx.Module`: call it like the torch method.
+"""
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import safetensors.numpy
+from flax import nnx
+
+
+class Buffer(nnx.Variable):
+    """A torch buffer or tensor constant: state, not trained."""
+
+
+def conv_nchw(conv, x):
+    """An nnx.Conv (channels-last) applied to an NCHW array."""
+    return conv(x.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+'''
+
+_LOADER = '''
+# torch parameter name -> (Flax attribute, conversion from torch's layout)
+_LAYOUT = {{
+    nnx.Conv: {{"weight": ("kernel", lambda w: w.transpose(2, 3, 1, 0)), "bias": ("bias", None)}},
+    nnx.Linear: {{"weight": ("kernel", lambda w: w.T), "bias": ("bias", None)}},
+    nnx.BatchNorm: {{"weight": ("scale", None), "bias": ("bias", None), "running_mean": ("mean", None),
+                    "running_var": ("var", None)}},
+    nnx.LayerNorm: {{"weight": ("scale", None), "bias": ("bias", None)}},
+    nnx.Embed: {{"weight": ("embedding", None)}},
+}}
+
+
+def load(path=None):
+    """{root} with the weights in `path` (default: {weights} beside this file)."""
+    path = path or os.path.join(os.path.dirname(os.path.abspath(__file__)), "{weights}")
+    model = nnx.eval_shape(lambda: {root}(rngs=nnx.Rngs(0)))  # shapes only: the values come from the file
+    for name, w in safetensors.numpy.load_file(path).items():
+        *parents, leaf = name.split(".")
+        module = model
+        for p in parents:
+            module = module[int(p)] if p.isdigit() else getattr(module, p)
+        attr, convert = _LAYOUT.get(type(module), {{}}).get(leaf, (leaf, None))
+        var, value = getattr(module, attr), jnp.asarray(convert(w) if convert else w)
+        if var.get_raw_value().shape != value.shape:
+            raise ValueError(f"{{name}}: stored shape {{value.shape}}, model expects {{var.get_raw_value().shape}}")
+        var.set_raw_value(value)
+    missing = [k for k, v in nnx.state(model).flat_state() if isinstance(v.get_raw_value(), jax.ShapeDtypeStruct)]
+    if missing:
+        raise ValueError(f"{{path}} has no values for {{missing}}")
+    return model
+'''
+
+
+@dataclass
+class EmitInput:
+    """What emission needs from a staged conversion: the exported graph and the model's classes."""
+
+    ep: Any  # torch.export.ExportedProgram (decomposed)
+    state: dict[str, torch.Tensor]  # torch path -> tensor
+    classes: dict[str, type]  # module path -> torch class ("" is the model)
+    input_names: list[str]
+    out_spec: pytree.TreeSpec
+    model_name: str
+    x64: bool
+
+
+def _tree(spec: pytree.TreeSpec, leaves: list[str]) -> str:
+    if spec.is_leaf():
+        return leaves.pop(0)
+    kids = [_tree(c, leaves) for c in spec.children()]
+    if spec.type is tuple:
+        return "(" + ", ".join(kids) + ("," if len(kids) == 1 else "") + ")"
+    if spec.type is list:
+        return "[" + ", ".join(kids) + "]"
+    if spec.type is dict:
+        return "{" + ", ".join(f"{k!r}: {v}" for k, v in zip(spec.context, kids)) + "}"
+    raise DyclError(f"emitted source: the method returns a {spec.type.__name__}",
+                    fix="return tuples, lists or dicts of tensors")
+
+
+def emit_source(inp: EmitInput) -> tuple[str, dict[str, np.ndarray]]:
+    """The emitted module's text and the weights it loads (torch names and layouts)."""
+    if inp.x64:
+        raise DyclError("emitted source: this program needs 64-bit integers (see `jm.x64`), which the emitted "
+                        "module does not enable", fix="use the in-memory JaxModel, or `jm.export` for deployment")
+    gm = inp.ep.graph_module
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    refs, user = {}, []
+    for node, spec in zip(placeholders, inp.ep.graph_signature.input_specs):
+        if spec.kind == InputKind.USER_INPUT:
+            user.append(node)
+        else:
+            refs[node] = spec.target[2:] if spec.target.startswith("m.") else spec.target
+    prog = Program(gm, inp.classes, inp.state, refs)
+    body = Body(prog, "", gm)
+    params = []
+    for node, name in zip(user, inp.input_names):
+        name = body.fresh(name if name.isidentifier() else "x", node)
+        params.append(name)
+        body.env[node] = Expr(name)
+        body.lines.append(f"{name} = jnp.asarray({name})")
+    items = hierarchy.build([n for n in gm.graph.nodes if n.op == "call_function"], "", prog.inline, prog.classes)
+    out_node = next(n for n in gm.graph.nodes if n.op == "output")
+    exprs = body.run(items, list(out_node.args[0]))
+    ret = _tree(inp.out_spec, [lit(e) for e in exprs])
+    emitted = build_classes(prog, inp.model_name, (params, body.lines + [f"return {ret}"]))
+    text = "\n\n\n".join([_HEADER.format(model=inp.model_name).rstrip("\n"), *emitted.classes])
+    text += "\n\n" + _LOADER.format(root=emitted.root, weights=WEIGHTS)
+    weights: dict[str, np.ndarray] = {}
+    for path, layer in prog.layers.items():
+        for leaf in TORCH_NAMES[layer.kind]:
+            if f"{path}.{leaf}" in inp.state:
+                weights[f"{path}.{leaf}"] = inp.state[f"{path}.{leaf}"].detach().cpu().numpy()
+    for path in prog.raw:
+        weights[path] = inp.state[path].detach().cpu().numpy()
+    return text, weights
+
+
+def write(inp: EmitInput, out_dir: str) -> str:
+    """Writes out_dir/model.py and its weights; returns the path of model.py."""
+    import safetensors.numpy  # the weight format of the emitted module
+
+    text, weights = emit_source(inp)
+    os.makedirs(out_dir, exist_ok=True)
+    safetensors.numpy.save_file({k: np.ascontiguousarray(v) for k, v in weights.items()},
+                                os.path.join(out_dir, WEIGHTS))
+    path = os.path.join(out_dir, "model.py")
+    with open(path, "w") as f:
+        f.write(text)
+    return path
