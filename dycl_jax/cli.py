@@ -55,15 +55,28 @@ def _bench(ns: argparse.Namespace, out: Console, err: Console) -> int:
     return bench(ns, out, err)
 
 
-# subcommand name -> its function; `report`, `emit` (and `convert --out`) join here
+def _emit(ns: argparse.Namespace, out: Console, err: Console) -> int:
+    from dycl_jax.command.outputs import emit
+
+    return emit(ns, out, err)
+
+
+def _report(ns: argparse.Namespace, out: Console, err: Console) -> int:
+    from dycl_jax.command.outputs import report
+
+    return report(ns, out, err)
+
+
+# subcommand name -> its function
 COMMANDS: dict[str, Callable[[argparse.Namespace, Console, Console], int]] = {
-    "convert": _convert, "bench": _bench, "ops": _ops,
+    "convert": _convert, "bench": _bench, "ops": _ops, "emit": _emit, "report": _report,
 }
 
 
 def _parser() -> argparse.ArgumentParser:
     from dycl_jax.command.bench import add_bench_options
     from dycl_jax.command.convert import add_target_options
+    from dycl_jax.command.outputs import add_report_parser
 
     fmt = argparse.RawDescriptionHelpFormatter
     p = _Parser(prog="dycl-jax", description="Convert PyTorch (dynamic) networks to JAX.", epilog=exits.HELP,
@@ -75,6 +88,13 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--json", nargs="?", const="-", metavar="OUT",
                    help="write the full report as JSON to OUT (to stdout, instead of the tables, without OUT)")
     c.add_argument("--wide", action="store_true", help="the full record: every name and path, fx graph names")
+    c.add_argument("--out", metavar="DIR", help="write DIR/report.json, the deployable artifact (DIR/artifact, "
+                                                "for dycl_jax.load) and the emitted Flax source (DIR/flax)")
+    e = sub.add_parser("emit", help="convert a model and write its Flax NNX source with the weights",
+                       epilog=exits.HELP, formatter_class=fmt)
+    add_target_options(e, check_default=0)
+    e.add_argument("--out", metavar="DIR", required=True, help="where model.py and its weights go")
+    add_report_parser(sub, exits.HELP, fmt)
     b = sub.add_parser("bench", help="time torch eager against the converted model (one thread each)",
                        epilog=exits.HELP, formatter_class=fmt)
     add_target_options(b, check_default=8)

@@ -9,6 +9,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -192,3 +193,37 @@ def test_ops_counts_every_registered_lowering(capsys):
     out = capsys.readouterr().out
     assert f"{len(registered())} registered lowerings" in out
     assert re.search(r"linalg\s*│\s*\d+", out)
+
+
+def test_convert_out_writes_artifact_source_and_report(tmp_path, capsys):
+    out = tmp_path / "o"
+    assert main(["convert", "tests/cli_models.py:gated", "--input-shape", "2x8", "--check", "1", "--out", str(out)]) == 0
+    assert "wrote report.json, artifact/, flax/" in capsys.readouterr().err
+    assert (out / "artifact" / "manifest.json").is_file() and (out / "flax" / "model.py").is_file()
+    import dycl_jax
+    from tests.cli_models import gated
+
+    model = gated().eval()
+    x = torch.randn(2, 8)
+    with torch.no_grad():
+        want = model(x)
+    got = dycl_jax.load(str(out / "artifact"))(x.numpy())
+    for g, w in zip(got, want):
+        torch.testing.assert_close(torch.from_numpy(np.array(g)), w, rtol=1e-4, atol=1e-5)
+    assert main(["report", str(out)]) == 0
+    shown = capsys.readouterr().out
+    assert "if at cli_models.py:30" in shown and "artifact:" in shown and "host staged" in shown
+
+
+def test_emit_command_writes_model_py(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    _write(tmp_path, "cli_factories.py", _GOOD)
+    assert main(["emit", "cli_factories.py", "--out", "flax_out"]) == 0
+    assert "wrote flax_out/model.py" in capsys.readouterr().out
+    assert "class TwoMatMuls(nnx.Module)" in (tmp_path / "flax_out" / "model.py").read_text()
+
+
+def test_report_of_a_missing_directory_exits_3(tmp_path, capsys):
+    assert main(["report", str(tmp_path / "none")]) == 3
+    err = capsys.readouterr().err
+    assert "report.json not found" in err and "Traceback" not in err

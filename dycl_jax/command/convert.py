@@ -122,7 +122,12 @@ def convert(ns: argparse.Namespace, out: Console, err: Console) -> int:
         if ns.json:
             Path(ns.json).write_text(json.dumps(report_to_dict(report), indent=2))
             err.print(f"report written to {ns.json}")
-    return verdict(report.parity, problems, err)
+    status = verdict(report.parity, problems, err)
+    if getattr(ns, "out", None) and status == exits.OK:  # only a model that matches torch is written out
+        from dycl_jax.command.outputs import write_outputs
+
+        write_outputs(jm, report, ns.out, err)
+    return status
 
 
 def verdict(numbers: dict[str, Any], problems: list[str], err: Console) -> int:
