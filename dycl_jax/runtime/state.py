@@ -23,7 +23,9 @@ class TorchModule(nnx.Module):
     """A node of the torch module tree; attributes are child nodes or variables."""
 
 
-_KINDS: dict[str, type[nnx.Variable]] = {"param": nnx.Param, "buffer": Buffer, "constant": Constant}
+# "batch_stat": a buffer the program updates (BatchNorm statistics in a train=True conversion)
+_KINDS: dict[str, type[nnx.Variable]] = {"param": nnx.Param, "buffer": Buffer, "constant": Constant,
+                                         "batch_stat": nnx.BatchStat}
 
 
 def build_module(entries: list[StateEntry]) -> tuple[TorchModule, list[nnx.Variable]]:
@@ -60,3 +62,14 @@ def flat_values(state: nnx.State, paths: list[str]) -> list[Any]:
 
 def _value(v: Any) -> Any:
     return v.get_raw_value() if isinstance(v, nnx.Variable) else v
+
+
+def with_values(state: nnx.State, values: dict[str, Any]) -> nnx.State:
+    """A copy of `state` whose entries at the torch paths in `values` hold those values."""
+    flat = []
+    for path, v in state.flat_state():
+        new = values.get(".".join(str(p) for p in path))
+        if new is not None:
+            v = v.replace(new) if isinstance(v, nnx.Variable) else new
+        flat.append((path, v))
+    return nnx.State.from_flat_path(flat)

@@ -13,6 +13,7 @@ import torch.fx
 from dycl_jax.errors import DyclError
 from dycl_jax.lower.interpreter import (LoweredGraph, current_env, current_loop_bound, current_node, current_site,
                                        node_location)
+from dycl_jax.lower.keys import current_stream, key_stream, next_key
 from dycl_jax.lower.margins import margin
 from dycl_jax.lower.registry import register
 from dycl_jax.source import origins
@@ -151,8 +152,27 @@ def while_loop(
         return tuple(jnp.asarray(o, dtype=c.dtype).reshape(c.shape) for o, c in zip(out, carry))
 
     carry0 = tuple(jnp.asarray(c) for c in carried)
+    stream = current_stream()
+    if stream is not None:  # random ops in the body: each iteration draws with a key of its own
+        test, body, carry0 = _keyed(test, body, carry0, next_key("while_loop"), stream.drawn)
     bound = current_loop_bound()
     if bound is not None and _DIFFERENTIABLE.get() and _RECORDER.get() is None:
         step = lambda _, c: jax.lax.cond(test(c), body, lambda c: c, c)  # noqa: E731
-        return jax.lax.fori_loop(0, bound, step, carry0)
-    return jax.lax.while_loop(test, body, carry0)
+        out = jax.lax.fori_loop(0, bound, step, carry0)
+    else:
+        out = jax.lax.while_loop(test, body, carry0)
+    return out[:-1] if stream is not None else out
+
+def _keyed(test: Callable, body: Callable, carry0: tuple, key: Any, drawn: list[int]) -> tuple[Callable, Callable, tuple]:
+    """The loop with its key as the last carry: the body draws from a fold of it, then moves it on."""
+
+    def keyed_test(carry: tuple) -> jax.Array:
+        return test(carry[:-1])
+
+    def keyed_body(carry: tuple) -> tuple:
+        k = carry[-1]
+        with key_stream(jax.random.fold_in(k, 1), drawn):
+            out = body(carry[:-1])
+        return (*out, jax.random.fold_in(k, 0))
+
+    return keyed_test, keyed_body, (*carry0, key)
