@@ -4,6 +4,8 @@ from __future__ import annotations
 from typing import Any
 
 import jax.numpy as jnp
+import numpy as np
+import torch
 from flax import nnx
 
 from dycl_jax.capture.export import StateEntry
@@ -73,3 +75,18 @@ def with_values(state: nnx.State, values: dict[str, Any]) -> nnx.State:
             v = v.replace(new) if isinstance(v, nnx.Variable) else new
         flat.append((path, v))
     return nnx.State.from_flat_path(flat)
+
+
+def to_state_dict(state: nnx.State, base: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The torch `state_dict` of `state` (e.g. trained in JAX): one torch tensor per torch path.
+
+    With `base` (the model's own `state_dict()`), entries the converted program never read are
+    kept from it and each value takes the base entry's dtype (int64 buffers held as int32), so
+    `model.load_state_dict(to_state_dict(state, model.state_dict()))` loads strictly.
+    """
+    out = dict(base) if base is not None else {}
+    for path, v in state.flat_state():
+        name = ".".join(str(p) for p in path)
+        t = torch.from_numpy(np.array(_value(v)))
+        out[name] = t.to(base[name].dtype) if base is not None and name in base else t
+    return out
