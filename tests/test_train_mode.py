@@ -98,6 +98,9 @@ def test_batchnorm_statistics_and_outputs_match_torch_over_steps_on_every_path()
             else:
                 np.testing.assert_allclose(got[name], buf.numpy(), rtol=1e-5, atol=1e-6, err_msg=f"{step} {name}")
         seen.add((gate_open, early))
+        _, decisions = jm.trace(x.numpy())  # the gate's and the exit's decisions, statistics untouched
+        assert [v for _, v in decisions] == [gate_open, early]
+        assert int(_buffers(nnx.state(jm.module))["stem.1.num_batches_tracked"]) == step + 1
     assert len(seen) == 4
     assert int(ref.block[1].num_batches_tracked) == 3 and int(ref.deep[1].num_batches_tracked) == 3
 
@@ -185,3 +188,23 @@ def test_random_ops_in_an_eval_conversion_are_a_located_error_and_dispatch_is_re
     assert jm.host == "dispatch" and "randn_like" in jm.report().host_statements[0]
     with pytest.raises(DyclError, match="staged host only"):
         dycl_jax.to_jax(GatedExitNet(), (torch.ones(4, DIM),), train=True, host="dispatch")
+
+
+class LoopedNorm(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.bn = nn.BatchNorm1d(DIM)
+
+    def forward(self, x):
+        n = 0
+        while x.abs().sum() > 1.0 and n < 3:
+            x = self.bn(x) * 0.5
+            n += 1
+        return x
+
+
+def test_batchnorm_in_a_tensor_dependent_loop_is_a_located_error():
+    with pytest.raises(DyclError) as err:
+        dycl_jax.to_jax(LoopedNorm(), (torch.randn(4, DIM),), train=True)
+    assert "running_mean" in err.value.message or "num_batches_tracked" in err.value.message
+    assert err.value.location.file == __file__ and "while" in err.value.location.code
