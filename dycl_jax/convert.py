@@ -26,7 +26,7 @@ from dycl_jax.runtime.decoded import finish
 from dycl_jax.runtime.model import JaxModel
 from dycl_jax.runtime.signature import CallSignature
 from dycl_jax.runtime.training import TrainingJaxModel
-from dycl_jax.runtime.state import build_module
+from dycl_jax.runtime.state import build_module, canonical_paths
 
 
 @exclusive
@@ -107,7 +107,7 @@ def _staged(model: torch.nn.Module, args: tuple, method: str, dynamic_batch: boo
         graph = LoweredGraph.build(cap.ep.graph_module, name=f"{type(model).__name__}.{method}")
         module, variables = build_module(cap.state)
         t2 = time.perf_counter()
-        jm = JaxModel(module, variables, [e.path for e in cap.state], staged_fn(graph), CallSignature.of(cap),
+        jm = JaxModel(module, variables, canonical_paths(module, variables), staged_fn(graph), CallSignature.of(cap),
                       "staged", x64=ints.wide, finish=finish if unroll is not None else None)
         step("check")
         # Trace once on the example's shapes (no compile, no compute): every lowering and every
@@ -144,8 +144,10 @@ def _training(model: torch.nn.Module, args: tuple, method: str, host: str, dynam
     with int_scope(ints.wide):
         graph = LoweredGraph.build(cap.ep.graph_module, name=f"{type(model).__name__}.{method}")
         module, variables = build_module(entries)
-        jm = TrainingJaxModel(module, variables, [e.path for e in entries], keyed_fn(graph, len(cap.mutations)),
-                              CallSignature.of(cap), cap.mutations, rngs or nnx.Rngs(0), x64=ints.wide)
+        paths = canonical_paths(module, variables)
+        updated = [paths[[e.path for e in entries].index(p)] for p in cap.mutations]
+        jm = TrainingJaxModel(module, variables, paths, keyed_fn(graph, len(cap.mutations)),
+                              CallSignature.of(cap), updated, rngs or nnx.Rngs(0), x64=ints.wide)
         step("check")
         jax.eval_shape(jm._fn, jm._state_values(), jm.signature.bind(args), jax.random.key(0))
     jm._report = build_report(type(model).__name__, method, jm.host, cap, graph, {}, rewrite_record)

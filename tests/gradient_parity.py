@@ -40,7 +40,7 @@ def assert_gradients_match(model: torch.nn.Module, jm, cases: list[tuple], what:
     for k, args in enumerate(cases):
         model.zero_grad()
         _loss_torch(model(*args)).backward()
-        arrays = [a.numpy() if isinstance(a, torch.Tensor) else a for a in args]
+        arrays = [a.detach().numpy() if isinstance(a, torch.Tensor) else a for a in args]
         got = {".".join(map(str, p)): np.asarray(v.get_raw_value()) for p, v in grad(params, rest, *arrays).flat_state()}
         for name, p in model.named_parameters():
             want = p.grad.numpy() if p.grad is not None else np.zeros(tuple(p.shape), np.float32)
