@@ -203,8 +203,24 @@ class LoopedNorm(nn.Module):
         return x
 
 
-def test_batchnorm_in_a_tensor_dependent_loop_is_a_located_error():
+class ChainedNorm(nn.Module):
+    """Two early exits in a row: an if/elif chain, with a BatchNorm on its second path."""
+
+    def __init__(self):
+        super().__init__()
+        self.bn = nn.BatchNorm1d(DIM)
+
+    def forward(self, x):
+        if x.mean() > 0:
+            return x
+        if x.sum() > 1:
+            return self.bn(x) * 2
+        return x + 1
+
+
+@pytest.mark.parametrize("cls,construct", [(LoopedNorm, "while"), (ChainedNorm, "if")])
+def test_batchnorm_in_a_loop_or_an_elif_chain_is_a_located_error(cls, construct):
     with pytest.raises(DyclError) as err:
-        dycl_jax.to_jax(LoopedNorm(), (torch.randn(4, DIM),), train=True)
+        dycl_jax.to_jax(cls(), (torch.randn(4, DIM),), train=True)
     assert "running_mean" in err.value.message or "num_batches_tracked" in err.value.message
-    assert err.value.location.file == __file__ and "while" in err.value.location.code
+    assert err.value.location.file == __file__ and construct in err.value.location.code

@@ -6,7 +6,6 @@ import contextlib
 from typing import Iterator
 
 import torch
-import torch.nn.functional as F
 from torch.nn.modules.batchnorm import _BatchNorm
 
 from dycl_jax.rewrite import state_writes
@@ -24,14 +23,21 @@ def _forward(bn: _BatchNorm):
         count = bn.num_batches_tracked + 1
         state_writes.write(buffers, "num_batches_tracked", count)
         factor = 1.0 / count if bn.momentum is None else bn.momentum  # cumulative average when None
-        out = F.batch_norm(x, None, None, bn.weight, bn.bias, True, 0.0, bn.eps)
-        with torch.no_grad():  # torch's update is no part of the autograd graph
-            dims = [0] + list(range(2, x.dim()))
-            n = x.numel() // x.shape[1]
-            mean = x.mean(dims)
-            var = x.var(dims, correction=0) * (n / max(n - 1, 1))  # torch stores the unbiased variance
-            state_writes.write(buffers, "running_mean", (1 - factor) * bn.running_mean + factor * mean)
-            state_writes.write(buffers, "running_var", (1 - factor) * bn.running_var + factor * var)
+        # written out rather than F.batch_norm, whose kernel torch.export wraps in set_grad_enabled
+        # regions that it then cannot split inside a nested cond branch (no_grad() likewise)
+        dims = [0] + list(range(2, x.dim()))
+        shape = [1, -1] + [1] * (x.dim() - 2)
+        mean = x.mean(dims, keepdim=True)
+        biased = x.var(dims, correction=0, keepdim=True)
+        out = (x - mean) * torch.rsqrt(biased + bn.eps)
+        if bn.affine:
+            out = out * bn.weight.view(shape) + bn.bias.view(shape)
+        # torch's update is no part of the autograd graph
+        n = x.numel() // x.shape[1]
+        mean = mean.detach().flatten()
+        var = biased.detach().flatten() * (n / max(n - 1, 1))  # torch stores the unbiased variance
+        state_writes.write(buffers, "running_mean", (1 - factor) * bn.running_mean + factor * mean)
+        state_writes.write(buffers, "running_var", (1 - factor) * bn.running_var + factor * var)
         return out
 
     return forward

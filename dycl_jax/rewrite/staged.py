@@ -156,6 +156,16 @@ def choice(site: Site, preds: list[torch.Tensor], indices: list[int], fns: list[
     values = [t.values for t in traced]
     plan, pads = padding.unify(site, values, placeholders) if site.pad else (plans.build(site, values, placeholders), None)
     written = sorted({s for t in traced for s in t.writes})  # state slots some branch updates
+    if written and (state_writes.inside_branch() or len(fns) > 2 or site.kind == "elif"):
+        # torch.export's set_grad pass loses the subgraphs of a cond nested in a cond branch
+        # (an elif chain is one) once the inner one returns buffer updates ("no attribute
+        # 'true_graph_0'"): refuse it here, located, rather than with torch's message
+        _, key = ops.slots[written[0]]
+        raise DyclError(f"{site.construct}: a BatchNorm in training mode (it updates `{key}`) inside an elif "
+                        "chain or a data-dependent branch nested in another is not supported with train=True",
+                        location=site.location,
+                        fix="convert for inference (train=False), or keep BatchNorm layers in training mode "
+                            "out of nested tensor-dependent branches (e.g. a block-skipping loop with early exits)")
     if plan.n_tensors == 0 and not written:
         return plan, []
 

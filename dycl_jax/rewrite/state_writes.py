@@ -40,3 +40,8 @@ def write(container: dict, key: str, value: torch.Tensor) -> None:
         return
     with torch.no_grad():
         container[key].copy_(value)
+
+
+def inside_branch() -> bool:
+    """Whether a staged branch is being traced right now."""
+    return _WRITTEN.get() is not None
