@@ -156,13 +156,15 @@ def choice(site: Site, preds: list[torch.Tensor], indices: list[int], fns: list[
     values = [t.values for t in traced]
     plan, pads = padding.unify(site, values, placeholders) if site.pad else (plans.build(site, values, placeholders), None)
     written = sorted({s for t in traced for s in t.writes})  # state slots some branch updates
-    if written and (state_writes.inside_branch() or len(fns) > 2 or site.kind == "elif"):
+    nested = state_writes.inside_branch() or len(fns) > 2 or site.kind == "elif" or any(map(_has_branches, traced))
+    if written and nested:
         # torch.export's set_grad pass loses the subgraphs of a cond nested in a cond branch
-        # (an elif chain is one) once the inner one returns buffer updates ("no attribute
+        # (an elif chain is one) once either returns buffer updates ("no attribute
         # 'true_graph_0'"): refuse it here, located, rather than with torch's message
         _, key = ops.slots[written[0]]
-        raise DyclError(f"{site.construct}: a BatchNorm in training mode (it updates `{key}`) inside an elif "
-                        "chain or a data-dependent branch nested in another is not supported with train=True",
+        raise DyclError(f"{site.construct}: a BatchNorm in training mode (it updates `{key}`) in an elif "
+                        "chain, or in a data-dependent branch that holds or sits in another, "
+                        "is not supported with train=True",
                         location=site.location,
                         fix="convert for inference (train=False), or keep BatchNorm layers in training mode "
                             "out of nested tensor-dependent branches (e.g. a block-skipping loop with early exits)")
@@ -263,6 +265,11 @@ def loop(site: Site, test_fn: Callable, body_fn: Callable, carry: tuple, invaria
 
     extra = [final.tensors[n + j] for j in keep]
     return plan, list(while_loop_op(test, step, tuple(init), tuple(extra)))
+
+
+def _has_branches(t: Traced) -> bool:
+    """Whether a traced branch holds a cond or while_loop of its own."""
+    return any(n.op == "call_function" and n.target in (cond_op, while_loop_op) for n in t.gm.graph.nodes)
 
 
 def _used(gms: list[torch.fx.GraphModule], start: int) -> list[int]:
