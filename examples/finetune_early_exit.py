@@ -36,7 +36,8 @@ class EarlyExitMLP(nn.Module):
 
     def __init__(self, threshold: float = 0.8):
         super().__init__()
-        self.blocks = nn.ModuleList([nn.Sequential(nn.Linear(DIM, 32), nn.ReLU(), nn.Linear(32, DIM)) for _ in range(3)])
+        self.blocks = nn.ModuleList(
+            [nn.Sequential(nn.Linear(DIM, 32), nn.ReLU(), nn.Linear(32, DIM)) for _ in range(3)])
         self.heads = nn.ModuleList([nn.Linear(DIM, CLASSES) for _ in range(3)])
         self.threshold = threshold
 

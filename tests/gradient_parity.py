@@ -51,10 +51,12 @@ def assert_gradients_match(model: torch.nn.Module, jm, cases: list[tuple], what:
         _loss_torch(out).backward()
         compared += 1
         arrays = [a.detach().numpy() if isinstance(a, torch.Tensor) else a for a in args]
-        got = {".".join(map(str, p)): np.asarray(v.get_raw_value()) for p, v in grad(params, rest, *arrays).flat_state()}
+        flat = grad(params, rest, *arrays).flat_state()
+        got = {".".join(map(str, p)): np.asarray(v.get_raw_value()) for p, v in flat}
         for name, p in model.named_parameters():
             want = p.grad.numpy() if p.grad is not None else np.zeros(tuple(p.shape), np.float32)
             scale = max(1.0, float(np.abs(want).max()))
-            np.testing.assert_allclose(got[name], want, rtol=1e-4, atol=1e-4 * scale, err_msg=f"{what} case {k}: {name}")
+            np.testing.assert_allclose(got[name], want, rtol=1e-4, atol=1e-4 * scale,
+                                       err_msg=f"{what} case {k}: {name}")
             reached |= {name} if np.abs(want).max() > 0 else set()
     assert compared and reached, f"{what}: nothing compared, or no parameter got a gradient"  # not vacuous

@@ -5,7 +5,6 @@ skipped block."""
 from __future__ import annotations
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
@@ -224,3 +223,25 @@ def test_batchnorm_in_a_loop_or_an_elif_chain_is_a_located_error(cls, construct)
         dycl_jax.to_jax(cls(), (torch.randn(4, DIM),), train=True)
     assert "running_mean" in err.value.message or "num_batches_tracked" in err.value.message
     assert err.value.location.file == __file__ and construct in err.value.location.code
+
+
+class LoopDrop(nn.Module):
+    """Dropout inside a tensor-dependent while loop: each iteration must draw its own mask."""
+
+    def forward(self, x):
+        acc = torch.zeros_like(x)
+        n = x.sum() * 0
+        while n < 2:
+            acc = acc + F.dropout(x, 0.5, self.training)
+            n = n + 1
+        return acc
+
+
+def test_each_loop_iteration_draws_its_own_mask():
+    x = torch.ones(4, 2500)
+    jm = dycl_jax.to_jax(LoopDrop(), (x,), train=True)
+    acc = np.asarray(jm(x.numpy(), key=jax.random.key(3)))
+    # kept values are 2 each iteration: two independent masks give 2 on about half the elements
+    # (one mask drawn twice would give only 0 and 4)
+    assert set(np.unique(acc)) == {0.0, 2.0, 4.0} and abs((acc == 2).mean() - 0.5) < 0.02
+    assert np.array_equal(acc, np.asarray(jm(x.numpy(), key=jax.random.key(3))))

@@ -163,7 +163,9 @@ def while_loop(
         out = jax.lax.while_loop(test, body, carry0)
     return out[:-1] if stream is not None else out
 
-def _keyed(test: Callable, body: Callable, carry0: tuple, key: Any, drawn: list[int]) -> tuple[Callable, Callable, tuple]:
+
+def _keyed(test: Callable, body: Callable, carry0: tuple, key: Any,
+           drawn: list[int]) -> tuple[Callable, Callable, tuple]:
     """The loop with its key as the last carry: the body draws from a fold of it, then moves it on."""
 
     def keyed_test(carry: tuple) -> jax.Array:
