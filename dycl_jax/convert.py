@@ -9,6 +9,7 @@ from typing import Any, Callable
 import jax
 import torch
 import torch.utils._pytree as pytree
+from flax import nnx
 
 import dycl_jax.lower.ops  # noqa: F401  (registers every lowering)
 from dycl_jax.capture.export import StateEntry, TensorSpec, _leaf_names, capture
@@ -16,7 +17,7 @@ from dycl_jax.errors import AliasedUpdateError, DyclError, InputMutationError, U
 from dycl_jax.emit.writer import EmitInput
 from dycl_jax.host.dispatch import DispatchHost
 from dycl_jax.host.select import HOSTS, dispatch_reason, staged_refusal, user_location
-from dycl_jax.host.staged import staged_fn
+from dycl_jax.host.staged import keyed_fn, staged_fn
 from dycl_jax.lower.int_ranges import describe_ints, int64_verdict, int_scope
 from dycl_jax.lower.interpreter import LoweredGraph
 from dycl_jax.report.build import build_report
@@ -26,7 +27,8 @@ from dycl_jax.rewrite.modes import exclusive
 from dycl_jax.runtime.decoded import finish
 from dycl_jax.runtime.model import JaxModel
 from dycl_jax.runtime.signature import CallSignature
-from dycl_jax.runtime.state import build_module
+from dycl_jax.runtime.training import TrainingJaxModel
+from dycl_jax.runtime.state import build_module, canonical_paths
 
 
 @exclusive
@@ -38,6 +40,8 @@ def to_jax(
     host: str = "auto",
     dynamic_batch: bool = True,
     max_len: int | None = None,
+    train: bool = False,
+    rngs: nnx.Rngs | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> JaxModel:
     """Convert `model.<method>` to JAX. Non-tensor leaves of `example_args` are baked in.
@@ -50,6 +54,11 @@ def to_jax(
     values change shape per iteration, at the top level of the method) into one staged program
     of at most `max_len` iterations; its outputs come back exact from `jm(...)` and padded,
     with their lengths, from `jm.padded(...)` / `jm.apply(...)` (see README, "Staged decode loops").
+
+    train: convert the method as `model.train()` runs it (BatchNorm on batch statistics,
+    updating its running statistics; dropout and other random ops on): a `TrainingJaxModel`
+    (runtime/training.py) whose calls take `key=` (else draw from `rngs`, default
+    `nnx.Rngs(0)`). Staged host only.
     """
     step = progress or (lambda stage: None)
     if not isinstance(model, torch.nn.Module):
@@ -59,6 +68,8 @@ def to_jax(
     if max_len is not None and (type(max_len) is not int or max_len < 1):
         raise DyclError(f"max_len must be a positive int, got {max_len!r}", fix="pass e.g. max_len=32")
     args = example_args if isinstance(example_args, tuple) else (example_args,)
+    if train:
+        return _training(model, args, method, host, dynamic_batch, max_len, rngs, step)
     reason = where = None
     start = time.perf_counter()
     if host != "dispatch":
@@ -102,7 +113,7 @@ def _staged(model: torch.nn.Module, args: tuple, method: str, dynamic_batch: boo
         graph = LoweredGraph.build(cap.ep.graph_module, name=f"{type(model).__name__}.{method}")
         module, variables = build_module(cap.state)
         t2 = time.perf_counter()
-        jm = JaxModel(module, variables, [e.path for e in cap.state], staged_fn(graph), CallSignature.of(cap),
+        jm = JaxModel(module, variables, canonical_paths(module, variables), staged_fn(graph), CallSignature.of(cap),
                       "staged", x64=ints.wide, finish=finish if unroll is not None else None)
         step("check")
         # Trace once on the example's shapes (no compile, no compute): every lowering and every
@@ -127,6 +138,41 @@ def model_source(model: torch.nn.Module, method: str) -> dict[str, Any]:
     except TypeError:  # a class defined where no file holds it
         file = None
     return {"class": f"{cls.__module__}.{cls.__qualname__}", "method": method, "file": file}
+
+
+def _training(model: torch.nn.Module, args: tuple, method: str, host: str, dynamic_batch: bool,
+              max_len: int | None, rngs: nnx.Rngs | None, step: Callable[[str], None]) -> TrainingJaxModel:
+    if host == "dispatch" or max_len is not None:
+        what = 'host="dispatch"' if host == "dispatch" else "max_len"
+        raise DyclError(f"train=True converts to the staged host only; {what} is not supported with it",
+                        fix='use host="auto" or "staged" and no max_len, or convert for inference (train=False)')
+    step("rewrite + capture (train mode)")
+    try:
+        with rewritten(model, method) as rewrite_record, staging():
+            cap = capture(model, args, method, dynamic_batch=dynamic_batch, train=True)
+    except (UnsupportedOpError, InputMutationError, AliasedUpdateError):
+        raise
+    except DyclError as exc:
+        # the dispatch host runs inference only: no fallback to it here
+        raise type(exc)(f"train=True converts to one staged XLA program, and this method does not stage: "
+                        f"{exc.message}", location=exc.location or user_location(exc),
+                        fix=exc.fix or "convert for inference (train=False), where the dispatch host runs it") from exc
+    step("lower")
+    ints = int64_verdict(cap.ep.graph_module, [e.tensor for e in cap.state])
+    updated = set(cap.mutations)
+    entries = [StateEntry(e.path, "batch_stat", e.tensor) if e.path in updated else e for e in cap.state]
+    with int_scope(ints.wide):
+        graph = LoweredGraph.build(cap.ep.graph_module, name=f"{type(model).__name__}.{method}")
+        module, variables = build_module(entries)
+        paths = canonical_paths(module, variables)
+        updated = [paths[[e.path for e in entries].index(p)] for p in cap.mutations]
+        jm = TrainingJaxModel(module, variables, paths, keyed_fn(graph, len(cap.mutations)),
+                              CallSignature.of(cap), updated, rngs or nnx.Rngs(0), x64=ints.wide)
+        step("check")
+        jax.eval_shape(jm._fn, jm._state_values(), jm.signature.bind(args), jax.random.key(0))
+    jm._report = build_report(type(model).__name__, method, jm.host, cap, graph, {}, rewrite_record)
+    jm._report.integers = describe_ints(ints)
+    return jm
 
 
 def _dispatch(model: torch.nn.Module, args: tuple, method: str, step: Callable[[str], None],

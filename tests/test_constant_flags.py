@@ -14,6 +14,7 @@ from dycl_jax.rewrite.api import run_torch_trace
 from dycl_jax.rewrite.sites import Site
 from examples.dynn import load
 from differential import assert_same  # pytest puts tests/ on sys.path
+from gradient_parity import assert_gradients_match, one_per_path
 
 N_INPUTS = 50
 
@@ -51,6 +52,7 @@ def test_sdn_published_matches_torch_on_every_path():
     assert paths == set(mod.PATHS), f"paths never taken: {set(mod.PATHS) - paths}"
     # `output_id += is_output`: the exit id is an int, a 0-d tensor or np.int64 depending on the path
     assert {int, torch.Tensor, np.int64} <= exit_types, exit_types
+    assert_gradients_match(model, jm, one_per_path(mod, model, mod.inputs(N_INPUTS)), "sdn_published")
 
 
 class _InputFlag(nn.Module):

@@ -11,6 +11,7 @@ import dycl_jax
 from dycl_jax.rewrite.api import run_torch_trace
 from examples.dynn import MODELS, load
 from differential import assert_same  # pytest puts tests/ on sys.path
+from gradient_parity import assert_gradients_match, one_per_path
 
 N_INPUTS = 50
 
@@ -48,6 +49,8 @@ def test_staged_matches_torch_on_every_path(name: str) -> None:
     for site, values in seen.items():  # branch coverage: every two-way decision went both ways
         if not site.startswith("elif@"):
             assert values == {True, False}, f"{site} only ever took {values}"
+    if name != "act":  # fine-tuning gradients through lax.cond (act's fori_loop: test_loop_bounds.py)
+        assert_gradients_match(model, jm, one_per_path(mod, model, mod.inputs(N_INPUTS)), name)
 
 
 @pytest.mark.parametrize("name", ["shallow_deep", "act"])

@@ -17,6 +17,7 @@ from torch.export.graph_signature import InputKind, OutputKind
 
 from dycl_jax.capture.checked_linalg import UNCHECKED
 from dycl_jax.capture.shims import capture_shims
+from dycl_jax.capture.train_mode import training
 from dycl_jax.errors import CaptureError, DyclError, InputMutationError
 from dycl_jax.rewrite.modes import caller_tensors
 
@@ -58,6 +59,8 @@ class CapturedProgram:
     out_spec: pytree.TreeSpec
     out_is_python: list[bool] = field(default_factory=list)  # Python scalars returned as 0-d
     export_seconds: float = 0.0
+    # train mode: the buffers the program updates, as the first graph outputs, in that order
+    mutations: list[str] = field(default_factory=list)
 
 
 class _MethodWrapper(torch.nn.Module):
@@ -152,8 +155,12 @@ def capture(
     *,
     dynamic_batch: bool = True,
     decompose: Callable[[ExportedProgram], ExportedProgram] | None = None,
+    train: bool = False,
 ) -> CapturedProgram:
-    """Export `model.<method>(*example_args)` and decompose it to core ATen."""
+    """Export `model.<method>(*example_args)` and decompose it to core ATen.
+
+    train: capture in training mode (batch statistics, dropout on); buffer updates become
+    graph outputs (`CapturedProgram.mutations`) instead of being refused."""
     if not callable(getattr(model, method, None)):
         raise DyclError(f"{type(model).__name__} has no method {method!r}", fix="pass method=<name of a method>")
     leaves, spec = pytree.tree_flatten(tuple(example_args))
@@ -162,7 +169,8 @@ def capture(
     tensors = [leaves[i] for i in wrapper._tensor_index]
     start = time.perf_counter()
     try:
-        with warnings.catch_warnings(), _eval_mode(model), _quiet_torch_logs():
+        mode = training(model) if train else _eval_mode(model)
+        with warnings.catch_warnings(), mode, _quiet_torch_logs():
             warnings.simplefilter("ignore")
             ep = torch.export.export(wrapper, tuple(tensors), dynamic_shapes=_dynamic_shapes(tensors, dynamic_batch))
             ep = decompose(ep) if decompose else to_core_aten(ep)
@@ -176,7 +184,7 @@ def capture(
     elapsed = time.perf_counter() - start
     return CapturedProgram(
         ep=ep,
-        state=_state_entries(ep),
+        state=_state_entries(ep, train),
         inputs=_input_specs(ep, _leaf_names(model, method, example_args), wrapper._tensor_index),
         in_spec=spec,
         arg_leaves=leaves,
@@ -184,6 +192,7 @@ def capture(
         out_spec=record["out_spec"],
         out_is_python=record["out_is_python"],
         export_seconds=elapsed,
+        mutations=[_strip(s.target) for s in ep.graph_signature.output_specs if s.kind == OutputKind.BUFFER_MUTATION],
     )
 
 
@@ -228,7 +237,7 @@ def _strip(path: str) -> str:
     return path[len(_PREFIX):] if path.startswith(_PREFIX) else path
 
 
-def _state_entries(ep: ExportedProgram) -> list[StateEntry]:
+def _state_entries(ep: ExportedProgram, train: bool = False) -> list[StateEntry]:
     entries = []
     for spec in ep.graph_signature.input_specs:
         if spec.kind == InputKind.USER_INPUT:
@@ -251,6 +260,8 @@ def _state_entries(ep: ExportedProgram) -> list[StateEntry]:
                 "and cannot change the caller's tensors",
                 fix=f"update a copy (e.g. `{spec.target} = {spec.target}.clone()` first) and return it",
             )
+        if train and spec.kind == OutputKind.BUFFER_MUTATION:
+            continue  # train mode: BatchNorm statistics, returned as a state update
         if spec.kind != OutputKind.USER_OUTPUT:
             raise CaptureError(
                 f"the method mutates {spec.target} ({spec.kind.name}); converted models are pure",

@@ -92,7 +92,7 @@ def _describe_outputs(cap: CapturedProgram) -> str:
     """The output structure with each leaf as dtype[shape], e.g. (float32[1, 10], int64[])."""
     out = next(n for n in cap.ep.graph.nodes if n.op == "output").args[0]
     leaves = []
-    for node in out:
+    for node in out[len(cap.mutations):]:  # a train-mode program returns its buffer updates first
         val = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
         if isinstance(val, torch.Tensor):
             dims = ", ".join(str(d) if isinstance(d, int) else "B" for d in val.shape)

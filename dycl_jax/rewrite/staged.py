@@ -21,7 +21,7 @@ from torch.fx.experimental.proxy_tensor import disable_proxy_modes_tracing
 from torch.utils._mode_utils import no_dispatch
 
 from dycl_jax.errors import DyclError
-from dycl_jax.rewrite import constants, lifting, names, padding, plan as plans
+from dycl_jax.rewrite import constants, lifting, names, padding, plan as plans, state_writes
 from dycl_jax.rewrite.sites import Site
 
 
@@ -32,6 +32,7 @@ class Traced:
     gm: torch.fx.GraphModule
     flat: list[Any]  # output leaves: traced tensors, or the Python values the branch returned
     spec: pytree.TreeSpec
+    writes: list[int] = dataclasses.field(default_factory=list)  # state slots the branch rebound (state_writes.py)
 
     @property
     def values(self) -> Any:
@@ -39,10 +40,15 @@ class Traced:
 
     def replay(self, ops: tuple[torch.Tensor, ...]) -> Any:
         """Run the graph on new operands; node metadata (user stack traces) is kept."""
+        return self.replay_all(ops)[0]
+
+    def replay_all(self, ops: tuple[torch.Tensor, ...]) -> tuple[Any, dict[int, torch.Tensor]]:
+        """(the branch's values, the new value of each state slot it wrote) on new operands."""
         with fx_traceback.preserve_node_meta():
             tensors = torch.fx.Interpreter(self.gm).run(*ops)
         it = iter(tensors)
-        return pytree.tree_unflatten([next(it) if isinstance(v, torch.Tensor) else v for v in self.flat], self.spec)
+        values = pytree.tree_unflatten([next(it) if isinstance(v, torch.Tensor) else v for v in self.flat], self.spec)
+        return values, dict(zip(self.writes, it))
 
 
 class Operands:
@@ -71,6 +77,7 @@ class Operands:
                         fresh.append((i, id(v), constants.ConstTensor(c)))
             self.groups.append((leaves, spec, pos, fresh))
         self.n_user = len(self.tensors)
+        self.writes: dict[int, torch.Tensor] = {}  # slot -> new value, from the last call
         self.slots, index, state = lifting.current()
         self.index = [self._operand(state[i]) for i in index]
 
@@ -109,8 +116,11 @@ class Operands:
                     made[key] = c.make()
                 rebuilt[i] = made[key]
             args.extend(pytree.tree_unflatten(rebuilt, spec))
-        with lifting.swapped(self.slots, self.index, ops):
-            return fn(*args)
+        with lifting.swapped(self.slots, self.index, ops), state_writes.in_branch() as written:
+            out = fn(*args)
+            # the new values of the slots the branch wrote (train-mode BatchNorm statistics)
+            self.writes = {s: c[k] for s, (c, k) in enumerate(self.slots) if (id(c), k) in written}
+            return out
 
 
 def trace(fn: Callable, operands: Operands) -> Traced:
@@ -119,12 +129,13 @@ def trace(fn: Callable, operands: Operands) -> Traced:
 
     def raw(*ops: torch.Tensor) -> list[torch.Tensor]:
         flat, spec = plans.flatten(tuple(operands.call(fn, ops)))
-        side["flat"], side["spec"] = flat, spec
-        return [v for v in flat if isinstance(v, torch.Tensor)]
+        writes = operands.writes
+        side["flat"], side["spec"], side["writes"] = flat, spec, sorted(writes)
+        return [v for v in flat if isinstance(v, torch.Tensor)] + [writes[s] for s in sorted(writes)]
 
     gm = materialize_as_graph(raw, tuple(operands.tensors))
     _inline_scalar_constants(gm)
-    return Traced(gm, side["flat"], side["spec"])
+    return Traced(gm, side["flat"], side["spec"], side["writes"])
 
 
 def _inline_scalar_constants(gm: torch.fx.GraphModule) -> None:
@@ -160,20 +171,46 @@ def choice(site: Site, preds: list[torch.Tensor], indices: list[int], fns: list[
     traced = [trace(fn, ops) for fn in fns]
     values = [t.values for t in traced]
     plan, pads = padding.unify(site, values, placeholders) if site.pad else (plans.build(site, values, placeholders), None)
-    if plan.n_tensors == 0:
+    written = sorted({s for t in traced for s in t.writes})  # state slots some branch updates
+    nested = state_writes.inside_branch() or len(fns) > 2 or site.kind == "elif" or any(map(_has_branches, traced))
+    if written and nested:
+        # torch.export's set_grad pass loses the subgraphs of a cond nested in a cond branch
+        # (an elif chain is one) once either returns buffer updates ("no attribute
+        # 'true_graph_0'"): refuse it here, located, rather than with torch's message
+        _, key = ops.slots[written[0]]
+        raise DyclError(f"{site.construct}: a BatchNorm in training mode (it updates `{key}`) in an elif "
+                        "chain, or in a data-dependent branch that holds or sits in another, "
+                        "is not supported with train=True",
+                        location=site.location,
+                        fix="convert for inference (train=False), or keep BatchNorm layers in training mode "
+                            "out of nested tensor-dependent branches (e.g. a block-skipping loop with early exits)")
+    if plan.n_tensors == 0 and not written:
         return plan, []
     names.record(site.label, plan.tensor_names(site))
 
-    keep = _used([t.gm for t in traced], 0)  # operands some branch reads (most model state is not)
+    # operands some branch reads (most model state is not), and the state a branch may update
+    keep = sorted(set(_used([t.gm for t in traced], 0)) | {ops.index[s] for s in written})
     kept = [ops.tensors[i] for i in keep]
     given = [ops.names(site.inputs)[i] for i in keep]
     names.record_inputs(site.label, given if len(fns) == 2 and site.kind != "elif" else ["(path index)", *given])
 
     def branch(t: Traced, skip: int) -> Callable:
-        return lambda *o: plan.flatten(padding.apply(pads, tuple(t.replay(_expand(ops.tensors, keep, o[skip:])))))
+        def run(*o: torch.Tensor) -> list[torch.Tensor]:
+            full = _expand(ops.tensors, keep, o[skip:])
+            values, writes = t.replay_all(full)
+            # a branch may not return its operand: the slots it left alone come back as copies
+            return (plan.flatten(padding.apply(pads, tuple(values)))
+                    + [writes[s] if s in writes else full[ops.index[s]].clone() for s in written])
+        return run
+
+    def finish(outs: list[torch.Tensor]) -> tuple[plans.Plan, list[torch.Tensor]]:
+        n = len(outs) - len(written)
+        for s, value in zip(written, outs[n:]):
+            state_writes.write(*ops.slots[s], value)
+        return plan, outs[:n]
 
     if len(fns) == 2 and site.kind != "elif":
-        return plan, list(cond_op(preds[0], branch(traced[0], 0), branch(traced[1], 0), tuple(kept)))
+        return finish(list(cond_op(preds[0], branch(traced[0], 0), branch(traced[1], 0), tuple(kept))))
     # idx = the first path whose predicate holds; then cond(idx == i, path i, rest of the chain)
     idx = torch.full((), indices[-1], dtype=torch.int64)
     for p, i in zip(reversed(preds), reversed(indices[:-1])):  # preds: all but the default path
@@ -185,7 +222,7 @@ def choice(site: Site, preds: list[torch.Tensor], indices: list[int], fns: list[
             return branches[k]
         return lambda *o: list(cond_op(o[0] == indices[k], branches[k], chain(k + 1), o))
 
-    return plan, list(chain(0)(idx, *kept))
+    return finish(list(chain(0)(idx, *kept)))
 
 
 def loop(site: Site, test_fn: Callable, body_fn: Callable, carry: tuple, invariants: tuple,
@@ -207,6 +244,11 @@ def loop(site: Site, test_fn: Callable, body_fn: Callable, carry: tuple, invaria
                             f"{type(exc).__name__}: {exc}", location=site.location,
                             fix="keep values the loop changes usable as tensors (e.g. no list indexing with "
                             "a loop counter), or make the loop condition a Python value") from exc
+        if body.writes:
+            c, k = ops.slots[body.writes[0]]
+            raise DyclError(f"{site.construct}: its body updates the buffer `{k}` (a BatchNorm in training mode) "
+                            "inside a loop that depends on tensor values", location=site.location,
+                            fix="convert with train=False, or move the BatchNorm out of the loop")
         outs.append(body.values)
         plan = plans.build(site, [carry, *outs], "all", constants=False)
         settled = plan.kinds() == plans.kinds(current)
@@ -243,6 +285,11 @@ def loop(site: Site, test_fn: Callable, body_fn: Callable, carry: tuple, invaria
 
     extra = [final.tensors[n + j] for j in keep]
     return plan, list(while_loop_op(test, step, tuple(init), tuple(extra)))
+
+
+def _has_branches(t: Traced) -> bool:
+    """Whether a traced branch holds a cond or while_loop of its own."""
+    return any(n.op == "call_function" and n.target in (cond_op, while_loop_op) for n in t.gm.graph.nodes)
 
 
 def _used(gms: list[torch.fx.GraphModule], start: int) -> list[int]:

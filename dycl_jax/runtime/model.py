@@ -63,7 +63,7 @@ class JaxModel:
         # callback is bound when JAX traces, so it must stay the same object across calls.
         self._trace_log: list[Decision] = []
         # (a distinct function object, so JAX's trace cache never hands back the plain program)
-        traced = lambda state, tensors: fn(state, tensors)  # noqa: E731
+        traced = lambda state, tensors, *extra: fn(state, tensors, *extra)  # noqa: E731
         self._trace_call = jax.jit(traced) if jit else traced
 
     def __call__(self, *args: Any) -> Any:
@@ -106,7 +106,7 @@ class JaxModel:
         with int_scope(self.x64):
             return self._traced(args)
 
-    def _traced(self, args: tuple) -> tuple[Any, list[Decision]]:
+    def _traced(self, args: tuple, *extra: Any) -> tuple[Any, list[Decision]]:
         tensors = self.signature.bind(args)
         if self.host == "dispatch":  # decisions are made in Python: the host records them as it goes
             with recording_decisions() as decisions:
@@ -114,12 +114,15 @@ class JaxModel:
             return outs, list(decisions)
         self._trace_log.clear()
         with recording(lambda site, value, margin: self._trace_log.append(Decision(site, value, margin))):
-            outs = self._trace_call(self._state_values(), tensors)
+            outs = self._trace_call(self._state_values(), tensors, *extra)
         jax.block_until_ready(outs)
         jax.effects_barrier()  # callbacks may still be in flight after the result is ready
         decisions = list(self._trace_log)
         self._trace_log.clear()
-        return self._finish(self.signature.unflatten(outs)), decisions
+        return self._traced_outputs(outs), decisions
+
+    def _traced_outputs(self, outs: tuple[Any, ...]) -> Any:
+        return self._finish(self.signature.unflatten(outs))
 
     def export(self, path: str, *, trace_capacity: int = 4096) -> dict:
         """Write a deployable directory: StableHLO programs (plain and decision-traced), the state

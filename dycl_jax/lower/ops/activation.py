@@ -135,14 +135,3 @@ def rrelu_with_noise(x, noise, lower=0.125, upper=1.0 / 3.0, training=False, gen
         )
     # in eval mode torch uses the mean slope, i.e. a leaky ReLU; `noise` passes through
     return leaky_relu(x, (lower + upper) / 2), noise
-
-
-@register(aten.native_dropout.default)
-def native_dropout(x, p: float, train: bool | None):
-    if not train or p == 0:
-        return x, jnp.ones(x.shape, dtype=bool)
-    # a converted model is a deterministic function of its inputs and state
-    raise DyclError(
-        f"dropout with p={p} is active in the converted method (training=True)",
-        fix="convert in eval mode, or pass training=self.training / dropout_p=0 for inference",
-    )

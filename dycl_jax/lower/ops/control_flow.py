@@ -15,6 +15,7 @@ from dycl_jax.lower.batching import batchable_cond
 from dycl_jax.lower.decision_log import DecisionLog
 from dycl_jax.lower.interpreter import (LoweredGraph, current_env, current_loop_bound, current_node, current_site,
                                        node_location)
+from dycl_jax.lower.keys import current_stream, key_stream, next_key
 from dycl_jax.lower.margins import margin
 from dycl_jax.lower.registry import register
 from dycl_jax.source import origins
@@ -218,13 +219,36 @@ def while_loop(
     log = _active_log()
     if log is not None:
         return _logged_while(log, test, body, carry0)
+    stream = current_stream()
+    if stream is not None:  # random ops in the body: each iteration draws with a key of its own
+        test, body, carry0 = _keyed(test, body, carry0, next_key("while_loop"), stream.drawn)
     bound = current_loop_bound()
     if bound is not None and _DIFFERENTIABLE.get() and _RECORDER.get() is None:
         n = len(carry0)
 
         def step(_: Any, c: tuple[Any, ...]) -> tuple[Any, ...]:
+            if stream is not None:  # the keyed body takes its carry only
+                return jax.lax.cond(test(c), body, lambda c: c, c)
             # the loop-invariant inputs go in as operands, so a vmap keeps them unbatched
             return batchable_cond(test(c), lambda *a: body(a[:n], a[n:]), lambda *a: tuple(a[:n]), (*c, *extra))
 
-        return jax.lax.fori_loop(0, bound, step, carry0)
-    return jax.lax.while_loop(test, body, carry0)
+        out = jax.lax.fori_loop(0, bound, step, carry0)
+    else:
+        out = jax.lax.while_loop(test, body, carry0)
+    return out[:-1] if stream is not None else out
+
+
+def _keyed(test: Callable, body: Callable, carry0: tuple, key: Any,
+           drawn: list[int]) -> tuple[Callable, Callable, tuple]:
+    """The loop with its key as the last carry: the body draws from a fold of it, then moves it on."""
+
+    def keyed_test(carry: tuple) -> jax.Array:
+        return test(carry[:-1])
+
+    def keyed_body(carry: tuple) -> tuple:
+        k = carry[-1]
+        with key_stream(jax.random.fold_in(k, 1), drawn):
+            out = body(carry[:-1])
+        return (*out, jax.random.fold_in(k, 0))
+
+    return keyed_test, keyed_body, (*carry0, key)

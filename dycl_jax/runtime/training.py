@@ -1,0 +1,65 @@
+"""TrainingJaxModel: a method converted with `train=True` (batch statistics, random ops)."""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from flax import nnx
+
+from dycl_jax.errors import CallError
+
+from dycl_jax.lower.int_ranges import int_scope
+from dycl_jax.lower.ops.control_flow import differentiable
+from dycl_jax.rewrite.decisions import Decision
+from dycl_jax.runtime.model import JaxModel
+from dycl_jax.runtime.signature import CallSignature
+from dycl_jax.runtime.state import flat_values, with_values
+
+KeyedFn = Callable[[list[Any], list[Any], Any], tuple[tuple[Any, ...], tuple[Any, ...]]]
+
+
+class TrainingJaxModel(JaxModel):
+    """`jm(*args, key=None)` updates the BatchNorm statistics in `jm.module` (`nnx.BatchStat`
+    variables) as torch's forward in training mode does, and returns the outputs;
+    `jm.apply(state, *args, key=k)` is the pure form, returning `(outputs, new_state)`.
+
+    Random ops (dropout, bernoulli, rand, ...) draw from `key`; `jm(...)` without one takes the
+    next key of `jm.rngs.dropout` (an `nnx.Rngs`), so successive calls draw fresh masks.
+    """
+
+    def __init__(self, module: nnx.Module, variables: list[nnx.Variable], paths: list[str], fn: KeyedFn,
+                 signature: CallSignature, updated: list[str], rngs: nnx.Rngs, x64: bool = False):
+        super().__init__(module, variables, paths, fn, signature, "staged", x64=x64)  # type: ignore[arg-type]
+        self.rngs = rngs
+        self.updated_paths = list(updated)  # the buffers a call updates, in the program's order
+        self._updated = [paths.index(p) for p in updated]
+
+    def _key(self, key: Any) -> Any:
+        return self.rngs.dropout() if key is None else key
+
+    def __call__(self, *args: Any, key: Any = None) -> Any:  # type: ignore[override]
+        with int_scope(self.x64):
+            outs, new = self._call(self._state_values(), self.signature.bind(args), self._key(key))
+        for i, value in zip(self._updated, new):
+            self._variables[i].set_raw_value(value)
+        return self._unflatten(outs)
+
+    def apply(self, state: nnx.State, *args: Any, key: Any = None) -> tuple[Any, nnx.State]:  # type: ignore[override]
+        """Pure and jittable: `(outputs, new_state)`, new_state being `state` with the updated
+        statistics. Random ops need `key`. Differentiable as `JaxModel.apply`."""
+        with int_scope(self.x64):
+            tensors = self.signature.bind(args)
+            with differentiable():
+                outs, new = self._fn(flat_values(state, self._paths), tensors, key)
+        updates = {self._paths[i]: v for i, v in zip(self._updated, new)}
+        return self._unflatten(outs), with_values(state, updates)
+
+    def trace(self, *args: Any, key: Any = None) -> tuple[Any, list[Decision]]:  # type: ignore[override]
+        """(outputs, decisions) as `JaxModel.trace`; the module's statistics are left as they are."""
+        with int_scope(self.x64):
+            return self._traced(args, self._key(key))
+
+    def padded(self, *args: Any) -> Any:
+        raise CallError("a model converted with train=True has no padded form", fix="call jm(...) or jm.apply(...)")
+
+    def _traced_outputs(self, outs: Any) -> Any:
+        return self.signature.unflatten(outs[0])
