@@ -17,8 +17,8 @@ def batchable_cond(pred: jax.Array, true_fn: Branch, false_fn: Branch, operands:
     broadcasts *every* operand to the batch, the parameters included: a conv or matmul then runs
     with per-sample weights (a batched contraction, about 100x slower on CPU). This rule runs
     each branch under vmap with the operands batched as they arrive, so weights stay shared, and
-    selects per sample. With an unbatched predicate it stays a cond. Under differentiation the
-    plain cond's JVP is used (custom_vmap has no autodiff rule of its own).
+    selects per sample. With an unbatched predicate it stays a cond. Its gradient is the plain
+    cond's (custom_vmap has no autodiff rule of its own); forward-mode AD (jvp) is not defined.
     """
 
     def plain(p: jax.Array, *ops: Any) -> Any:
@@ -40,14 +40,21 @@ def batchable_cond(pred: jax.Array, true_fn: Branch, false_fn: Branch, operands:
             out = jax.tree.map(lambda t, f: jnp.where(p.reshape((-1,) + (1,) * (t.ndim - 1)), t, f), taken, other)
         return out, jax.tree.map(lambda _: True, out)
 
-    @jax.custom_jvp
+    # Reverse mode: the forward runs the vmappable cond, the backward the plain cond's VJP
+    # (recomputing the branch taken). A custom_jvp would not do: under grad of vmap its rule
+    # is batched with JAX's select, whose stop_gradient on the tangents has no transpose.
+    @jax.custom_vjp
     def cond(p: jax.Array, *ops: Any) -> Any:
         return vmappable(p, *ops)
 
-    @cond.defjvp
-    def _jvp(primals: tuple[Any, ...], tangents: tuple[Any, ...]) -> tuple[Any, Any]:
-        p, *ops = primals
-        return jax.jvp(lambda *o: plain(p, *o), tuple(ops), tuple(tangents[1:]))
+    def _fwd(p: jax.Array, *ops: Any) -> tuple[Any, tuple[Any, ...]]:
+        return vmappable(p, *ops), (p, ops)
 
+    def _bwd(res: tuple[Any, ...], ct: Any) -> tuple[Any, ...]:
+        p, ops = res
+        _, vjp = jax.vjp(lambda *o: plain(p, *o), *ops)
+        return (None, *vjp(ct))
+
+    cond.defvjp(_fwd, _bwd)
     return cond(pred, *operands)
 
