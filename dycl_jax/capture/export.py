@@ -57,7 +57,8 @@ class CapturedProgram:
     tensor_leaf_index: list[int]  # which leaves are tensor inputs
     out_spec: pytree.TreeSpec
     out_is_python: list[bool] = field(default_factory=list)  # Python scalars returned as 0-d
-    export_seconds: float = 0.0
+    export_seconds: float = 0.0  # torch.export.export
+    decompose_seconds: float = 0.0  # run_decompositions to core ATen
 
 
 class _MethodWrapper(torch.nn.Module):
@@ -165,6 +166,7 @@ def capture(
         with warnings.catch_warnings(), _eval_mode(model), _quiet_torch_logs():
             warnings.simplefilter("ignore")
             ep = torch.export.export(wrapper, tuple(tensors), dynamic_shapes=_dynamic_shapes(tensors, dynamic_batch))
+            exported = time.perf_counter()
             ep = decompose(ep) if decompose else to_core_aten(ep)
     except DyclError:
         raise
@@ -173,7 +175,7 @@ def capture(
             f"torch.export could not capture {type(model).__name__}.{method}: {_root_cause(exc)}",
             fix="see the chained exception for the line torch.export rejected",
         ) from exc
-    elapsed = time.perf_counter() - start
+    done = time.perf_counter()
     return CapturedProgram(
         ep=ep,
         state=_state_entries(ep),
@@ -183,7 +185,8 @@ def capture(
         tensor_leaf_index=wrapper._tensor_index,
         out_spec=record["out_spec"],
         out_is_python=record["out_is_python"],
-        export_seconds=elapsed,
+        export_seconds=exported - start,
+        decompose_seconds=done - exported,
     )
 
 

@@ -4,7 +4,8 @@ Each branch (loop body) is traced once into a graph by `materialize_as_graph`, w
 inputs and the model state as explicit operands; the graph's outputs tell the output plan
 (shapes, dtypes, Python values). torch re-traces branch functions several times while
 exporting (functionalization, schema), so the branch passed to the HOP only replays that
-graph: the user's Python runs once per branch however deep the nesting.
+graph: the user's Python runs once per branch however deep the nesting. A branch graph takes
+as inputs only the model state it reads (lazy_state.py).
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from torch.fx.experimental.proxy_tensor import disable_proxy_modes_tracing
 from torch.utils._mode_utils import no_dispatch
 
 from dycl_jax.errors import DyclError
-from dycl_jax.rewrite import constants, lifting, padding, plan as plans
+from dycl_jax.rewrite import constants, lazy_state, lifting, padding, plan as plans
 from dycl_jax.rewrite.sites import Site
 
 
@@ -32,15 +33,16 @@ class Traced:
     gm: torch.fx.GraphModule
     flat: list[Any]  # output leaves: traced tensors, or the Python values the branch returned
     spec: pytree.TreeSpec
+    inputs: list[int]  # the operand (Operands.tensors index) each placeholder of gm stands for
 
     @property
     def values(self) -> Any:
         return pytree.tree_unflatten(self.flat, self.spec)
 
     def replay(self, ops: tuple[torch.Tensor, ...]) -> Any:
-        """Run the graph on new operands; node metadata (user stack traces) is kept."""
+        """Run the graph on new operands (every operand); node metadata (user stack traces) is kept."""
         with fx_traceback.preserve_node_meta():
-            tensors = torch.fx.Interpreter(self.gm).run(*ops)
+            tensors = torch.fx.Interpreter(self.gm).run(*(ops[i] for i in self.inputs))
         it = iter(tensors)
         return pytree.tree_unflatten([next(it) if isinstance(v, torch.Tensor) else v for v in self.flat], self.spec)
 
@@ -98,17 +100,33 @@ class Operands:
 
 
 def trace(fn: Callable, operands: Operands) -> Traced:
-    """Trace `fn` (called through `operands`) into a graph of the operand tensors."""
+    """Trace `fn` (called through `operands`) into a graph of the operand tensors it reads.
+
+    The model state goes in as probes (lazy_state.py), and the graph's inputs are the user
+    operands and the state it read. Should that trace fail in any way, the branch is traced
+    again with every state tensor an input, which fails (or not) as torch decides.
+    """
+    n = operands.n_user
     side: dict[str, Any] = {}
 
     def raw(*ops: torch.Tensor) -> list[torch.Tensor]:
+        if len(ops) == n:  # the state stands in as probes
+            side["probes"] = lazy_state.probes(operands.tensors[n:])
+            ops = (*ops, *side["probes"])
         flat, spec = plans.flatten(tuple(operands.call(fn, ops)))
         side["flat"], side["spec"] = flat, spec
         return [v for v in flat if isinstance(v, torch.Tensor)]
 
-    gm = materialize_as_graph(raw, tuple(operands.tensors))
+    try:
+        gm = materialize_as_graph(raw, tuple(operands.tensors[:n]))
+        inputs = list(range(n)) + lazy_state.lift(gm, side["probes"], n)
+    except DyclError:
+        raise
+    except Exception:
+        gm = materialize_as_graph(raw, tuple(operands.tensors))
+        inputs = list(range(len(operands.tensors)))
     _inline_scalar_constants(gm)
-    return Traced(gm, side["flat"], side["spec"])
+    return Traced(gm, side["flat"], side["spec"], inputs)
 
 
 def _inline_scalar_constants(gm: torch.fx.GraphModule) -> None:
@@ -147,7 +165,7 @@ def choice(site: Site, preds: list[torch.Tensor], indices: list[int], fns: list[
     if plan.n_tensors == 0:
         return plan, []
 
-    keep = _used([t.gm for t in traced], 0)  # operands some branch reads (most model state is not)
+    keep = _used(traced, 0)  # operands some branch reads (most model state is not)
     kept = [ops.tensors[i] for i in keep]
 
     def branch(t: Traced, skip: int) -> Callable:
@@ -210,7 +228,7 @@ def loop(site: Site, test_fn: Callable, body_fn: Callable, carry: tuple, invaria
         final = Operands(plan.rebuild(init), invariants, carried=1)
 
     test_gm = trace(lambda *a: (as_pred(test_fn(*a)),), ops)
-    keep = _used([test_gm.gm, body.gm], n)  # invariants and state the loop reads
+    keep = _used([test_gm, body], n)  # invariants and state the loop reads
 
     def full(o: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
         return (*o[:n], *_expand(final.tensors[n:], keep, o[n:]))
@@ -225,12 +243,12 @@ def loop(site: Site, test_fn: Callable, body_fn: Callable, carry: tuple, invaria
     return plan, list(while_loop_op(test, step, tuple(init), tuple(extra)))
 
 
-def _used(gms: list[torch.fx.GraphModule], start: int) -> list[int]:
+def _used(traced: list[Traced], start: int) -> list[int]:
     """Indices (from `start`, counted from there) of operands some graph actually reads."""
     used: set[int] = set()
-    for gm in gms:
-        placeholders = [node for node in gm.graph.nodes if node.op == "placeholder"]
-        used |= {i - start for i, node in enumerate(placeholders) if i >= start and node.users}
+    for t in traced:
+        placeholders = [node for node in t.gm.graph.nodes if node.op == "placeholder"]
+        used |= {i - start for i, node in zip(t.inputs, placeholders) if i >= start and node.users}
     return sorted(used)
 
 
