@@ -10,6 +10,7 @@ import torch
 import torch.nn as nn
 
 import dycl_jax
+from dycl_jax.report.render import render_report
 from dycl_jax.rewrite import staged
 from dycl_jax.rewrite.api import run_torch_trace
 from examples.dynn import blockdrop110
@@ -98,6 +99,16 @@ def test_nested_branches_and_loops_read_only_their_state():
     cases = [(s * torch.randn(2, 4, generator=g) + b,) for s in (0.1, 1.0, 3.0) for b in (-1.0, 0.0, 1.0)]
     decided = _compare(model, jm, cases)
     assert len(decided) == 3 and all(v == {True, False} for v in decided.values()), decided
+
+
+def test_report_times_each_stage():
+    jm, _ = _convert_watching(_Nested().eval(), (torch.randn(2, 4),))
+    timings = jm.report().timings
+    stages = ("rewrite_s", "export_s", "decompose_s", "lower_s", "check_s")
+    assert all(timings[k] > 0 for k in stages), timings
+    assert timings["export_s"] + timings["decompose_s"] <= timings["capture_s"]
+    text = render_report(jm.report())
+    assert "torch.export" in text and "decomposition to core ATen" in text and "rewrite" in text
 
 
 @pytest.fixture(scope="module")

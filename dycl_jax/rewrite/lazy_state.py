@@ -14,22 +14,30 @@ from torch._guards import active_fake_mode
 from torch._higher_order_ops.utils import _from_fun
 from torch.fx.experimental.proxy_tensor import disable_proxy_modes_tracing
 
-# id(state tensor) -> (the tensor, its probe, the fake mode the probe belongs to); the tensor is
-# held so that its id stays its own. Probes are reused by every branch of one capture.
-_PROBES: dict[int, tuple[torch.Tensor, torch.Tensor, object]] = {}
+# id(state tensor) -> (the tensor, its probe, the probe's layout when made, the fake mode it
+# belongs to); the tensor is held so that its id stays its own. Probes are reused by every
+# branch of one capture.
+_PROBES: dict[int, tuple[torch.Tensor, torch.Tensor, tuple, object]] = {}
 
 
 def probes(state: list[torch.Tensor]) -> list[torch.Tensor]:
     """One probe per state tensor, made as torch.cond makes its branch inputs (`_from_fun`)."""
     mode = active_fake_mode()
     out = []
-    for t in state:
-        hit = _PROBES.get(id(t))
-        if hit is None or hit[0] is not t or hit[2] is not mode:
-            with disable_proxy_modes_tracing():
-                hit = _PROBES[id(t)] = (t, _from_fun(t), mode)
-        out.append(hit[1])
+    with torch._C.DisableTorchFunction():  # plain metadata reads, not seen by export's modes
+        for t in state:
+            hit = _PROBES.get(id(t))
+            # a branch may have changed a probe in place (`t_()`): reuse one only while unchanged
+            if hit is None or hit[3] is not mode or _layout(hit[1]) != hit[2]:
+                with disable_proxy_modes_tracing():
+                    probe = _from_fun(t)
+                hit = _PROBES[id(t)] = (t, probe, _layout(probe), mode)
+            out.append(hit[1])
     return out
+
+
+def _layout(t: torch.Tensor) -> tuple:
+    return tuple(t.shape), t.stride(), t.dtype, t.requires_grad
 
 
 def forget() -> None:

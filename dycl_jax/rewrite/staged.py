@@ -118,11 +118,14 @@ def trace(fn: Callable, operands: Operands) -> Traced:
         return [v for v in flat if isinstance(v, torch.Tensor)]
 
     try:
-        gm = materialize_as_graph(raw, tuple(operands.tensors[:n]))
-        inputs = list(range(n)) + lazy_state.lift(gm, side["probes"], n)
+        gm: torch.fx.GraphModule | None = materialize_as_graph(raw, tuple(operands.tensors[:n]))
     except DyclError:
         raise
-    except Exception:
+    except Exception:  # torch's refusal (or the user's code failing): as torch decides, with plain inputs
+        gm = None
+    if gm is not None:
+        inputs = list(range(n)) + lazy_state.lift(gm, side["probes"], n)
+    else:
         gm = materialize_as_graph(raw, tuple(operands.tensors))
         inputs = list(range(len(operands.tensors)))
     _inline_scalar_constants(gm)
