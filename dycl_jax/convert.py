@@ -1,6 +1,7 @@
 """`to_jax`: runs the pipeline stages in order on one model method."""
 from __future__ import annotations
 
+import contextlib
 import inspect
 import time
 import warnings
@@ -102,7 +103,10 @@ def _staged(model: torch.nn.Module, args: tuple, method: str, dynamic_batch: boo
     # The rewritten method (and every user method it reaches) is patched in only while
     # torch.export runs; staging() makes tensor predicates emit torch.cond/while_loop.
     step("rewrite + capture" if unroll is None else f"rewrite (decode loop unrolled, max_len={unroll.max_len}) + capture")
-    with rewritten(model, method, unroll) as rewrite_record, staging():
+    with contextlib.ExitStack() as patched:
+        rewrite_record = patched.enter_context(rewritten(model, method, unroll))
+        t_rewrite = time.perf_counter()
+        patched.enter_context(staging())
         cap = capture(model, args, method, dynamic_batch=dynamic_batch)
     t1 = time.perf_counter()
     step("lower")
@@ -120,7 +124,8 @@ def _staged(model: torch.nn.Module, args: tuple, method: str, dynamic_batch: boo
         # branch-shape check runs now, so problems surface at conversion rather than first call.
         jax.eval_shape(jm._fn, jm._state_values(), jm.signature.bind(args))
     t3 = time.perf_counter()
-    timings = {"capture_s": t1 - t0, "lower_s": t2 - t1, "check_s": t3 - t2}
+    timings = {"rewrite_s": t_rewrite - t0, "export_s": cap.export_seconds, "decompose_s": cap.decompose_seconds,
+               "capture_s": t1 - t_rewrite, "lower_s": t2 - t1, "check_s": t3 - t2}
     jm._report = build_report(type(model).__name__, method, jm.host, cap, graph, timings, rewrite_record)
     jm._report.integers = describe_ints(ints)
     jm.source = model_source(model, method)

@@ -58,7 +58,8 @@ class CapturedProgram:
     tensor_leaf_index: list[int]  # which leaves are tensor inputs
     out_spec: pytree.TreeSpec
     out_is_python: list[bool] = field(default_factory=list)  # Python scalars returned as 0-d
-    export_seconds: float = 0.0
+    export_seconds: float = 0.0  # torch.export.export
+    decompose_seconds: float = 0.0  # run_decompositions to core ATen
     # train mode: the buffers the program updates, as the first graph outputs, in that order
     mutations: list[str] = field(default_factory=list)
 
@@ -173,6 +174,7 @@ def capture(
         with warnings.catch_warnings(), mode, _quiet_torch_logs():
             warnings.simplefilter("ignore")
             ep = torch.export.export(wrapper, tuple(tensors), dynamic_shapes=_dynamic_shapes(tensors, dynamic_batch))
+            exported = time.perf_counter()
             ep = decompose(ep) if decompose else to_core_aten(ep)
     except DyclError:
         raise
@@ -181,7 +183,7 @@ def capture(
             f"torch.export could not capture {type(model).__name__}.{method}: {_root_cause(exc)}",
             fix="see the chained exception for the line torch.export rejected",
         ) from exc
-    elapsed = time.perf_counter() - start
+    done = time.perf_counter()
     return CapturedProgram(
         ep=ep,
         state=_state_entries(ep, train),
@@ -191,7 +193,8 @@ def capture(
         tensor_leaf_index=wrapper._tensor_index,
         out_spec=record["out_spec"],
         out_is_python=record["out_is_python"],
-        export_seconds=elapsed,
+        export_seconds=exported - start,
+        decompose_seconds=done - exported,
         mutations=[_strip(s.target) for s in ep.graph_signature.output_specs if s.kind == OutputKind.BUFFER_MUTATION],
     )
 

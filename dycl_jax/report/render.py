@@ -15,12 +15,14 @@ from dycl_jax.report.record import ConversionReport, HostNode, ParamGroup, SubNe
 
 # Timings keys in pipeline order, with the label shown for each; unknown keys follow in order.
 _TIMING_LABELS = {
-    "capture_s": "capture (torch.export)",
+    "rewrite_s": "rewrite",
+    "capture_s": "capture (export + decomposition)",
+    "export_s": "  torch.export",
+    "decompose_s": "  decomposition to core ATen",
     "lower_s": "lowering",
     "check_s": "trace check (eval_shape)",
     "first_call_s": "first call (trace + compile)",
     "staged_attempt_s": "staged attempt (auto)",
-    "rewrite_s": "dispatch rewrite",
     "example_path_s": "example's path (capture + compile its regions)",
 }
 

@@ -11,6 +11,8 @@ from typing import Iterator
 
 import torch
 
+from dycl_jax.rewrite import lazy_state
+
 _ROOTS: list[torch.nn.Module] = []
 _SLOTS: dict[int, list[tuple[dict, str]]] = {}  # id(root) -> (container dict, key) per state tensor
 
@@ -35,6 +37,8 @@ def lifted(root: torch.nn.Module) -> Iterator[None]:
         _ROOTS.pop()
         if all(r is not root for r in _ROOTS):
             _SLOTS.pop(id(root), None)
+        if not _ROOTS:
+            lazy_state.forget()  # the capture is over: its probes belong to its fake mode
 
 
 def current() -> tuple[list[tuple[dict, str]], list[int], list[torch.Tensor]]:

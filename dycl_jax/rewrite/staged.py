@@ -4,7 +4,8 @@ Each branch (loop body) is traced once into a graph by `materialize_as_graph`, w
 inputs and the model state as explicit operands; the graph's outputs tell the output plan
 (shapes, dtypes, Python values). torch re-traces branch functions several times while
 exporting (functionalization, schema), so the branch passed to the HOP only replays that
-graph: the user's Python runs once per branch however deep the nesting.
+graph: the user's Python runs once per branch however deep the nesting. A branch graph takes
+as inputs only the model state it reads (lazy_state.py).
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from torch.fx.experimental.proxy_tensor import disable_proxy_modes_tracing
 from torch.utils._mode_utils import no_dispatch
 
 from dycl_jax.errors import DyclError
-from dycl_jax.rewrite import constants, lifting, names, padding, plan as plans, state_writes
+from dycl_jax.rewrite import constants, lazy_state, lifting, names, padding, plan as plans, state_writes
 from dycl_jax.rewrite.sites import Site
 
 
@@ -32,6 +33,7 @@ class Traced:
     gm: torch.fx.GraphModule
     flat: list[Any]  # output leaves: traced tensors, or the Python values the branch returned
     spec: pytree.TreeSpec
+    inputs: list[int]  # the operand (Operands.tensors index) each placeholder of gm stands for
     writes: list[int] = dataclasses.field(default_factory=list)  # state slots the branch rebound (state_writes.py)
 
     @property
@@ -39,13 +41,13 @@ class Traced:
         return pytree.tree_unflatten(self.flat, self.spec)
 
     def replay(self, ops: tuple[torch.Tensor, ...]) -> Any:
-        """Run the graph on new operands; node metadata (user stack traces) is kept."""
+        """Run the graph on new operands (every operand); node metadata (user stack traces) is kept."""
         return self.replay_all(ops)[0]
 
     def replay_all(self, ops: tuple[torch.Tensor, ...]) -> tuple[Any, dict[int, torch.Tensor]]:
         """(the branch's values, the new value of each state slot it wrote) on new operands."""
         with fx_traceback.preserve_node_meta():
-            tensors = torch.fx.Interpreter(self.gm).run(*ops)
+            tensors = torch.fx.Interpreter(self.gm).run(*(ops[i] for i in self.inputs))
         it = iter(tensors)
         values = pytree.tree_unflatten([next(it) if isinstance(v, torch.Tensor) else v for v in self.flat], self.spec)
         return values, dict(zip(self.writes, it))
@@ -124,18 +126,37 @@ class Operands:
 
 
 def trace(fn: Callable, operands: Operands) -> Traced:
-    """Trace `fn` (called through `operands`) into a graph of the operand tensors."""
+    """Trace `fn` (called through `operands`) into a graph of the operand tensors it reads.
+
+    The model state goes in as probes (lazy_state.py), and the graph's inputs are the user
+    operands and the state it read. Should that trace fail in any way, the branch is traced
+    again with every state tensor an input, which fails (or not) as torch decides.
+    """
+    n = operands.n_user
     side: dict[str, Any] = {}
 
     def raw(*ops: torch.Tensor) -> list[torch.Tensor]:
+        if len(ops) == n:  # the state stands in as probes
+            side["probes"] = lazy_state.probes(operands.tensors[n:])
+            ops = (*ops, *side["probes"])
         flat, spec = plans.flatten(tuple(operands.call(fn, ops)))
         writes = operands.writes
         side["flat"], side["spec"], side["writes"] = flat, spec, sorted(writes)
         return [v for v in flat if isinstance(v, torch.Tensor)] + [writes[s] for s in sorted(writes)]
 
-    gm = materialize_as_graph(raw, tuple(operands.tensors))
+    try:
+        gm: torch.fx.GraphModule | None = materialize_as_graph(raw, tuple(operands.tensors[:n]))
+    except DyclError:
+        raise
+    except Exception:  # torch's refusal (or the user's code failing): as torch decides, with plain inputs
+        gm = None
+    if gm is not None:
+        inputs = list(range(n)) + lazy_state.lift(gm, side["probes"], n)
+    else:
+        gm = materialize_as_graph(raw, tuple(operands.tensors))
+        inputs = list(range(len(operands.tensors)))
     _inline_scalar_constants(gm)
-    return Traced(gm, side["flat"], side["spec"], side["writes"])
+    return Traced(gm, side["flat"], side["spec"], inputs, side["writes"])
 
 
 def _inline_scalar_constants(gm: torch.fx.GraphModule) -> None:
@@ -189,7 +210,7 @@ def choice(site: Site, preds: list[torch.Tensor], indices: list[int], fns: list[
     names.record(site.label, plan.tensor_names(site))
 
     # operands some branch reads (most model state is not), and the state a branch may update
-    keep = sorted(set(_used([t.gm for t in traced], 0)) | {ops.index[s] for s in written})
+    keep = sorted(set(_used(traced, 0)) | {ops.index[s] for s in written})
     kept = [ops.tensors[i] for i in keep]
     given = [ops.names(site.inputs)[i] for i in keep]
     names.record_inputs(site.label, given if len(fns) == 2 and site.kind != "elif" else ["(path index)", *given])
@@ -272,7 +293,7 @@ def loop(site: Site, test_fn: Callable, body_fn: Callable, carry: tuple, invaria
 
     names.record(site.label, plan.tensor_names(site))
     test_gm = trace(lambda *a: (as_pred(test_fn(*a)),), ops)
-    keep = _used([test_gm.gm, body.gm], n)  # invariants and state the loop reads
+    keep = _used([test_gm, body], n)  # invariants and state the loop reads
 
     def full(o: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
         return (*o[:n], *_expand(final.tensors[n:], keep, o[n:]))
@@ -292,12 +313,12 @@ def _has_branches(t: Traced) -> bool:
     return any(n.op == "call_function" and n.target in (cond_op, while_loop_op) for n in t.gm.graph.nodes)
 
 
-def _used(gms: list[torch.fx.GraphModule], start: int) -> list[int]:
+def _used(traced: list[Traced], start: int) -> list[int]:
     """Indices (from `start`, counted from there) of operands some graph actually reads."""
     used: set[int] = set()
-    for gm in gms:
-        placeholders = [node for node in gm.graph.nodes if node.op == "placeholder"]
-        used |= {i - start for i, node in enumerate(placeholders) if i >= start and node.users}
+    for t in traced:
+        placeholders = [node for node in t.gm.graph.nodes if node.op == "placeholder"]
+        used |= {i - start for i, node in zip(t.inputs, placeholders) if i >= start and node.users}
     return sorted(used)
 
 
