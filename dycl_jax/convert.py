@@ -129,10 +129,20 @@ def _staged(model: torch.nn.Module, args: tuple, method: str, dynamic_batch: boo
     jm._report = build_report(type(model).__name__, method, jm.host, cap, graph, timings, rewrite_record)
     jm._report.integers = describe_ints(ints)
     jm.source = model_source(model, method)
-    jm._emit_input = EmitInput(cap.ep, {e.path: e.tensor for e in cap.state},
+    # what emission needs, without the weights: emit() reads them from the JAX state (trained
+    # values included), and the JaxModel must not keep the torch parameters alive
+    jm._emit_input = EmitInput(_graph_only(cap.ep), {e.path: e.tensor.detach().to("meta") for e in cap.state},
                                {p: type(m) for p, m in model.named_modules(remove_duplicate=False)},
                                [s.name for s in cap.inputs], cap.out_spec, type(model).__name__, ints.wide)
     return jm
+
+
+def _graph_only(ep: torch.export.ExportedProgram) -> torch.export.ExportedProgram:
+    """`ep` with its parameters, buffers and constants replaced by meta tensors (shape and dtype only)."""
+    meta = lambda v: v.detach().to("meta") if isinstance(v, torch.Tensor) else v  # noqa: E731
+    ep._state_dict = {k: meta(v) for k, v in ep.state_dict.items()}
+    ep._constants = {k: meta(v) for k, v in ep.constants.items()}
+    return ep
 
 
 def model_source(model: torch.nn.Module, method: str) -> dict[str, Any]:

@@ -150,7 +150,16 @@ class JaxModel:
             raise DyclError(
                 f"emitted source is built for the staged host only; this model runs on the {self.host} host",
                 fix="convert with host=\"staged\" (a decode loop may stage with max_len=N), or use jm.export")
-        return inp
+        import dataclasses
+
+        import numpy as np
+        import torch
+
+        # the weights as this model holds them now (after any training), in the torch dtypes
+        values = {path: var.get_raw_value() for path, var in zip(inp.state, self._variables)}
+        state = {path: torch.from_numpy(np.array(values[path], dtype=np.float32 if meta.dtype == torch.bfloat16
+                                                  else None)).to(meta.dtype) for path, meta in inp.state.items()}
+        return dataclasses.replace(inp, state=state)
 
     @property
     def state_paths(self) -> list[str]:
