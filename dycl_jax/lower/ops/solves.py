@@ -1,6 +1,7 @@
-"""Linear solves and inverses: triangular, Cholesky and LU solves, solve_ex, inv_ex, pinv, matrix_exp."""
+"""Linear solves and inverses: triangular, Cholesky and LU solves, solve_ex, inv_ex, pinv, matrix_exp, lstsq."""
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 from jax import lax
 
@@ -143,3 +144,39 @@ def linalg_matrix_exp(a):
         return i + 1, jnp.where((i < s)[..., None, None], jnp.matmul(x, x), x)
 
     return lax.while_loop(lambda st: st[0] < s.max(initial=0), square, (jnp.zeros((), jnp.int32), p))[1]
+
+
+@register(aten.linalg_lstsq.default)
+def linalg_lstsq(a, b, rcond=None, *, driver=None):
+    """(solution, residuals, rank, singular values) as torch's CPU drivers return them: the
+    minimum-norm least-squares solution through the SVD, singular values at or below
+    rcond * largest (rcond defaulting to eps * max(m, n)) counting as zero. gelsy (the default)
+    returns the rank only; gelsd/gelss also the singular values and, for m > n and full rank, the
+    squared residual norms; gels the residuals only."""
+    driver = driver or "gelsy"
+    m, n = a.shape[-2:]
+    vector = b.ndim == a.ndim - 1
+    rhs = b[..., None] if vector else b
+    batch = jnp.broadcast_shapes(a.shape[:-2], rhs.shape[:-2])
+    a = jnp.broadcast_to(a, batch + a.shape[-2:])
+    rhs = jnp.broadcast_to(rhs, batch + rhs.shape[-2:]).astype(a.dtype)
+    u, s, vh = jnp.linalg.svd(a, full_matrices=False)
+    real = s.dtype
+    cutoff = jnp.asarray(jnp.finfo(real).eps * max(m, n) if rcond is None else rcond, real)
+    smax = s[..., :1] if s.shape[-1] else jnp.zeros(s.shape[:-1] + (1,), real)
+    keep = s > cutoff * smax
+    s_inv = jnp.where(keep, 1 / jnp.where(keep, s, 1), 0).astype(a.dtype)
+    x = jnp.matmul(_h(vh) * s_inv[..., None, :], jnp.matmul(_h(u), rhs))
+    rank = keep.sum(-1)  # the interpreter casts it to torch's int64 (or its int32 form)
+    empty = jnp.zeros((0,), real)
+    residuals = empty
+    if driver != "gelsy" and m > n:
+        residuals = (jnp.abs(jnp.matmul(a, x) - rhs) ** 2).sum(-2)
+        if not isinstance(keep, jax.core.Tracer) and not bool(jnp.all(rank == n)):
+            residuals = empty  # torch leaves them out unless every matrix has full rank
+        elif vector:
+            residuals = residuals[..., 0]
+    sv = s if driver in ("gelsd", "gelss") else empty
+    if driver == "gels":
+        rank = jnp.zeros((0,), rank.dtype)
+    return (x[..., 0] if vector else x), residuals, rank, sv
