@@ -180,3 +180,71 @@ def linalg_lstsq(a, b, rcond=None, *, driver=None):
     if driver == "gels":
         rank = jnp.zeros((0,), rank.dtype)
     return (x[..., 0] if vector else x), residuals, rank, sv
+
+
+def _ldl_solve_one(ld, piv, b, hermitian: bool):
+    """LAPACK's sytrs/hetrs (lower) for one matrix: ld and 1-based pivots from sytrf (a negative
+    pivot marks a 2x2 block, as in torch's ldl_factor), b of shape (n, k)."""
+    n = ld.shape[-1]
+    rows = jnp.arange(n)
+    conj = jnp.conj if hermitian else (lambda v: v)
+
+    def swap(b, i, j):
+        bi, bj = b[i], b[j]
+        return b.at[i].set(bj).at[j].set(bi)
+
+    def forward(state):  # L D y = P b, one 1x1 or 2x2 block a step
+        k, b = state
+        p = piv[k]
+
+        def single(b):
+            b = swap(b, k, p - 1)
+            b = b - jnp.where(rows > k, ld[:, k], 0)[:, None] * b[k][None, :]
+            d = ld[k, k].real if hermitian else ld[k, k]
+            return b.at[k].set(b[k] / d)
+
+        def double(b):
+            b = swap(b, k + 1, -p - 1)
+            below = rows > k + 1
+            b = b - jnp.where(below, ld[:, k], 0)[:, None] * b[k][None, :] \
+                - jnp.where(below, ld[:, k + 1], 0)[:, None] * b[k + 1][None, :]
+            off = ld[k + 1, k]
+            akm1, ak = ld[k, k] / conj(off), ld[k + 1, k + 1] / off
+            denom = akm1 * ak - 1
+            bkm1, bk = b[k] / conj(off), b[k + 1] / off
+            return b.at[k].set((ak * bkm1 - bk) / denom).at[k + 1].set((akm1 * bk - bkm1) / denom)
+
+        return k + jnp.where(p > 0, 1, 2), lax.cond(p > 0, single, double, b)
+
+    def backward(state):  # L^T x = y (L^H for hermitian), then the row interchanges
+        k, b = state
+        p = piv[k]
+        below = rows > k
+        b = b.at[k].add(-(jnp.where(below, conj(ld[:, k]), 0)[:, None] * b).sum(0))
+
+        def single(b):
+            return swap(b, k, p - 1)
+
+        def double(b):
+            b = b.at[k - 1].add(-(jnp.where(below, conj(ld[:, k - 1]), 0)[:, None] * b).sum(0))
+            return swap(b, k, -p - 1)
+
+        return k - jnp.where(p > 0, 1, 2), lax.cond(p > 0, single, double, b)
+
+    zero = jnp.zeros((), jnp.int32)
+    _, b = lax.while_loop(lambda s: s[0] < n, forward, (zero, b))
+    _, b = lax.while_loop(lambda s: s[0] >= 0, backward, (zero + n - 1, b))
+    return b
+
+
+@register(aten.linalg_ldl_solve.default)
+def linalg_ldl_solve(ld, pivots, b, *, hermitian: bool = False):
+    batch = jnp.broadcast_shapes(ld.shape[:-2], b.shape[:-2])
+    n, k = b.shape[-2:]
+    ld = jnp.broadcast_to(ld, batch + ld.shape[-2:]).reshape((-1, n, n))
+    piv = jnp.broadcast_to(pivots.astype(jnp.int32), batch + pivots.shape[-1:]).reshape((-1, n))
+    rhs = jnp.broadcast_to(b, batch + (n, k)).reshape((-1, n, k)).astype(jnp.result_type(ld, b))
+    if rhs.shape[0] == 0 or n == 0:
+        return jnp.zeros(batch + (n, k), rhs.dtype)
+    out = jax.vmap(lambda a, p, r: _ldl_solve_one(a, p, r, hermitian))(ld, piv, rhs)
+    return out.reshape(batch + (n, k))
