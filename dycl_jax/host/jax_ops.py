@@ -62,6 +62,7 @@ def _to_tensor(a: Any, dtype: torch.dtype) -> torch.Tensor:
 
 
 _META: dict[Any, Any] = {}
+_META_LIMIT = 4096
 
 
 def _meta_key(v: Any) -> Any:
@@ -83,6 +84,8 @@ def _out_dtypes(func: Any, args: tuple, kwargs: dict) -> Any:
         dtypes = pytree.tree_map(lambda o: o.dtype if isinstance(o, torch.Tensor) else None, out)
     except Exception:  # noqa: BLE001  (fake kernels refuse some value-returning ops: the schema decides then)
         dtypes = None
+    if len(_META) >= _META_LIMIT:  # shapes that grow call by call (a decode loop) must not grow it forever
+        _META.clear()
     _META[key] = dtypes
     return dtypes
 
