@@ -12,14 +12,6 @@ KNOWN_FAILURES: dict[tuple[str, ...], str] = {
         "every sample passes running_mean/running_var with use_input_stats=True, so the op updates the "
         "caller's tensors in place; converted models are pure functions and raise InputMutationError"
     ),
-    ("tensor_split", ""): (
-        "samples that split at a tensor of indices have data-dependent output shapes: the staged host refuses "
-        "(GuardOnDataDependentSymNode) and the dispatch host runs the op in torch on the host, not in JAX"
-    ),
-    ("repeat_interleave", ""): (
-        "samples with a tensor of repeats have a data-dependent output length: the staged host refuses and the "
-        "dispatch host runs the op in torch on the host, not in JAX"
-    ),
 }
 
 

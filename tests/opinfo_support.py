@@ -248,7 +248,7 @@ def _convert_and_call(module: torch.nn.Module, tensors: list[torch.Tensor], host
         jm = dycl_jax.to_jax(module, tuple(tensors), host=host)
         got = jm(*tensors)
     if jm.host == "dispatch":
-        in_torch = [s for s in jm.report().host_statements if _OP_CALL in s]
+        in_torch = [s for s in jm.report().torch_statements if _OP_CALL in s]
         if in_torch:
             raise _RanInTorch(in_torch[0])
     return got

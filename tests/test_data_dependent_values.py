@@ -3,9 +3,10 @@
 on inputs where the answer changes.
 
 How they run: the statement that turns data into a Python value (`.item()`, `.tolist()`, and
-`torch.allclose` / `torch.equal`, whose result is a Python bool) runs on the dispatch host;
-everything else, `narrow` and `tensor_split` at those points included, runs in jitted JAX
-regions. The tests pin that split, so a lowering silently replaced by torch would fail."""
+`torch.allclose` / `torch.equal`, whose result is a Python bool) runs on the dispatch host,
+computed by JAX ops on concrete arrays (host/jax_ops.py); everything else, `narrow` and
+`tensor_split` at those points included, runs in jitted JAX regions. The tests pin that split,
+so a lowering silently replaced by torch would fail."""
 from __future__ import annotations
 
 import numpy as np
@@ -74,7 +75,8 @@ def _run(model: torch.nn.Module, cases: list[tuple]) -> dycl_jax.JaxModel:
     assert len(answers) == len(cases), "the inputs were chosen so that every answer differs"
     for statement in jm.report().host_statements:
         code = statement.split("`")[1]
-        assert any(r in code for r in _HOST_READS), f"ran in torch, not JAX: {statement}"
+        assert any(r in code for r in _HOST_READS), f"a host statement, not a jitted region: {statement}"
+    assert not jm.report().torch_statements, jm.report().torch_statements  # host statements too are JAX's
     return jm
 
 

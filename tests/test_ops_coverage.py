@@ -370,6 +370,15 @@ def test_triangular_solves_every_form() -> None:
     check(Fn(solves), a, b, bt, grad=(0, 1))
 
 
+def test_ldl_solve_with_one_and_two_by_two_pivots() -> None:
+    g = torch.Generator().manual_seed(4)
+    a = torch.randn(3, 5, 5, generator=g)
+    sym = a + a.mT  # indefinite: Bunch-Kaufman pivoting picks 2x2 blocks for some of them
+    ld, pivots = torch.linalg.ldl_factor(sym)
+    assert (pivots < 0).any() and (pivots > 0).any(), pivots
+    check(Fn(lambda ld, p, b: torch.linalg.ldl_solve(ld, p, b)), ld, pivots, torch.randn(3, 5, 2, generator=g))
+
+
 def test_checked_linalg_functions_lower_without_the_error_check() -> None:
     """inv, solve, cholesky, lu_factor and what builds on them stage as one program (their
     error check is left out of the graph) and match torch on well-posed inputs."""

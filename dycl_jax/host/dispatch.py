@@ -3,9 +3,10 @@ simple statements) runs as a jitted JAX program compiled per input signature, or
 
 A region is first captured whole. If torch.export or the lowering refuses it (a data-dependent
 shape, a value read with `.item()`, a branch-shape mismatch), it is split where it failed and
-the parts are tried again; a single statement that still fails runs on the host in torch, with
-its tensors converted at the boundary. Every split is an equivalent program (the user's own
-statements, in order), so falling back never changes a result, only where it is computed.
+the parts are tried again; a single statement that still fails runs on the host (by JAX ops on
+concrete arrays where it can, see jax_ops.py, else in torch), with its tensors converted at the
+boundary. Every split is an equivalent program (the user's own statements, in order), so
+falling back never changes a result, only where it is computed.
 """
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ import torch.utils._pytree as pytree
 
 from dycl_jax.capture.region import HostValueError, capture_call, lost_update
 from dycl_jax.errors import AliasedUpdateError, CallError, DyclError, InputMutationError, Location
-from dycl_jax.host import values
+from dycl_jax.host import jax_ops, values
 from dycl_jax.host.attributes import DynamicAttributes
 from dycl_jax.host.values import leaf_key
 from dycl_jax.lower.fingerprint import graph_fingerprint
@@ -200,7 +201,7 @@ def _getter(indices: list[int]) -> Callable[[Sequence[Any]], list]:
 
 
 DIRECT = "python"  # a signature with no tensors in or out: the statements run as plain Python
-EAGER = "host"  # the part runs on the host in torch
+EAGER = "host"  # the part runs on the host (JAX ops on concrete arrays, or torch)
 
 
 @dataclass
@@ -213,6 +214,8 @@ class Part:
     outs: tuple[str, ...]
     cache: dict[Any, Any] = field(default_factory=dict)  # signature key -> Compiled | DIRECT | EAGER
     host_reason: str | None = None  # set once the part must run on the host
+    jax_ops: list[str] = field(default_factory=list)  # on the host: the ATen ops JAX computed
+    in_torch: str | None = None  # on the host: why torch runs it (set once JAX could not)
     captures: int = 0
 
 
@@ -294,6 +297,8 @@ class DispatchHost:
         def enter(*args: Any, **kwargs: Any) -> Any:
             if not _IN_TORCH.get():
                 return fn(*args, **kwargs)
+            if jax_ops.active():
+                raise jax_ops.NotInJax(f"it calls the converted method {fn.__name__}")
             args, kwargs = values.tree_to_jax((args, kwargs))
             with _land(False):
                 return values.tree_to_torch(fn(*args, **kwargs))
@@ -391,18 +396,26 @@ class DispatchHost:
         if any(isinstance(v, jax.core.Tracer) for v in leaves):  # under the user's jax.grad / jit / vmap
             st = spec.statements[part.first]
             raise CallError(
-                f"this statement runs on the host in torch ({part.host_reason or 'torch.export refused it'}), so a "
+                f"this statement runs on the host ({part.host_reason or 'torch.export refused it'}), so a "
                 "JAX transformation (jax.grad, jax.jit, jax.vmap of jm.apply) cannot trace through it",
                 location=Location(spec.file, st.line, st.code),
                 fix="call the model outside JAX transformations, or write the statement so that torch.export "
                     "captures it (see the report's host statements)")
-        torch_leaves = [values.to_torch(v) for v in leaves]
-        vals, attrs = jax.tree_util.tree_unflatten(tree, torch_leaves)
-        inputs = [t for t in torch_leaves if isinstance(t, torch.Tensor)]
-        versions = [t._version for t in inputs]
         before = self.attrs.snapshot()
         with _land(True), torch.no_grad():  # values cross to JAX as arrays: no autograd graph needed
-            outs, new_attrs = self._body(spec, part, fns)(vals, attrs)
+            if part.in_torch is None:  # computed by JAX ops where it can be (host/jax_ops.py)
+                torch_leaves, inputs, versions = self._host_inputs(leaves)
+                vals, attrs = jax.tree_util.tree_unflatten(tree, torch_leaves)
+                try:
+                    (outs, new_attrs), ops = jax_ops.run_in_jax(lambda: self._body(spec, part, fns)(vals, attrs))
+                    part.jax_ops = sorted(set(part.jax_ops) | set(ops))
+                except jax_ops.NotInJax as exc:  # it stopped before any in-place update: run it in torch
+                    part.in_torch = str(exc)
+                    self.attrs.restore(before)
+            if part.in_torch is not None:
+                torch_leaves, inputs, versions = self._host_inputs(leaves)
+                vals, attrs = jax.tree_util.tree_unflatten(tree, torch_leaves)
+                outs, new_attrs = self._body(spec, part, fns)(vals, attrs)
         changed = {id(t) for t, v in zip(inputs, versions) if t._version != v}
         self._check_arguments_kept(spec, part, leaves, tuple(i for i, t in enumerate(torch_leaves) if id(t) in changed))
         try:
@@ -414,6 +427,13 @@ class DispatchHost:
                                 "code reads later), or return it") from None
         self.attrs.register(self.attrs.changed(before))
         return values.tree_to_jax(outs), values.tree_to_jax(self.attrs.read())
+
+    @staticmethod
+    def _host_inputs(leaves: list) -> tuple[list, list, list]:
+        """Fresh torch copies of the leaves, the tensors among them and their version counters."""
+        torch_leaves = [values.to_torch(v) for v in leaves]
+        inputs = [t for t in torch_leaves if isinstance(t, torch.Tensor)]
+        return torch_leaves, inputs, [t._version for t in inputs]
 
     def _first_call(self, st: RegionState, part: Part, fns: Sequence[Callable], vals: tuple, leaves: list,
                     tree: Any, key: Any) -> tuple:
@@ -455,7 +475,11 @@ class DispatchHost:
                 part.host_reason = values.describe_failure(exc)
                 raise _IslandFailed() from exc
             values.reraise_if_internal(exc)
-            return self._fall_back(st, part, fns, vals, leaves, tree, key, exc)
+            failure = exc
+        else:
+            failure = None
+        if failure is not None:  # outside the handler: the pieces' own failures must not chain to this one
+            return self._fall_back(st, part, fns, vals, leaves, tree, key, failure)
         part.cache[key] = entry
         self._check_arguments_kept(spec, part, leaves, entry.mutated)
         if entry.mutated and spec.kind == "region":

@@ -97,12 +97,20 @@ def build_dispatch_report(model_name: str, method: str, host: DispatchHost, sign
     for g in graphs:
         ops.update(_op_name(s.node) for s in g.steps)
     params = [e for e in state if e.kind == "param"]
-    statements = []
+    statements, in_torch = [], []
     for st in host.regions.values():
         for part in st.parts:
             if part.host_reason is not None and st.spec.kind == "region":
                 s = st.spec.statements[part.first]
-                statements.append(f"{os.path.basename(st.spec.file)}:{s.line} `{s.code}`: {part.host_reason}")
+                line = f"{os.path.basename(st.spec.file)}:{s.line} `{s.code}`: {part.host_reason}"
+                if part.in_torch is not None:
+                    line += f"; ran in torch ({part.in_torch})"
+                    in_torch.append(line)
+                elif part.jax_ops:
+                    line += f"; computed by JAX ops on the host ({', '.join(part.jax_ops)})"
+                else:
+                    line += "; no ATen op (it reads values the host holds)"
+                statements.append(line)
     return ConversionReport(
         model=model_name,
         method=method,
@@ -120,6 +128,7 @@ def build_dispatch_report(model_name: str, method: str, host: DispatchHost, sign
         rewritten=_rewritten(rewrite),
         dispatch_reason=reason or 'host="dispatch" was requested',
         host_statements=statements,
+        torch_statements=in_torch,
         captures=host.captures,
         compilations=host.compilations(),
         param_groups=param_groups(state),

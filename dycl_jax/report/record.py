@@ -101,6 +101,7 @@ class ConversionReport:
     # many graphs were captured and XLA executables compiled so far
     dispatch_reason: str = ""
     host_statements: list[str] = field(default_factory=list)
+    torch_statements: list[str] = field(default_factory=list)  # those of them torch ran (no exact JAX form)
     captures: int = 0
     compilations: int = 0
     # how torch.int64 is held (int32 where every value is proven to fit, else 64-bit) and why

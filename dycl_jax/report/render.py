@@ -257,7 +257,7 @@ def report_renderable(report: ConversionReport, *, top_ops: int = 12, wide: bool
     ]
     if report.host_statements:
         text = _t("\n".join(f"• {w}" for w in report.host_statements))
-        parts.append(Panel(text, title="statements run on the host (torch), and why", border_style="cyan"))
+        parts.append(Panel(text, title="statements run on the host (by JAX ops or torch), and why", border_style="cyan"))
     if report.warnings:
         text = _t("\n".join(f"• {w}" for w in report.warnings))
         parts.append(Panel(text, title="warnings", border_style="yellow"))

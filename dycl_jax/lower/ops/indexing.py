@@ -169,19 +169,9 @@ def put(x, index, source, accumulate: bool = False):
     return out.reshape(x.shape)
 
 
-@register(aten.nonzero.default)
-def nonzero(x):
-    raise data_dependent_error("nonzero()", "torch.nonzero_static(x, size=N) or a mask with torch.where")
-
-
 @register(aten.nonzero_static.default)
 def nonzero_static(x, *, size: int, fill_value: int = -1):
     if x.ndim == 0:  # a 0-d input has no index columns
         return jnp.full((size, 0), fill_value, jnp.int32)
     cols = jnp.nonzero(x, size=size, fill_value=fill_value)
     return jnp.stack(cols, axis=1).astype(jnp.int32)
-
-
-@register(aten.masked_select.default)
-def masked_select(x, mask):
-    raise data_dependent_error("masked_select()", "torch.where(mask, x, 0) or x.masked_fill(~mask, 0)")

@@ -236,6 +236,8 @@ def repeat(x, repeats: Sequence[int]):
 def repeat_interleave(repeats, *, output_size: int | None = None):
     # the index i repeated repeats[i] times: output position p belongs to the first i whose
     # running total exceeds p
+    if output_size is None and not isinstance(repeats, jax.core.Tracer):  # concrete: on the dispatch host
+        output_size = int(repeats.sum())
     if output_size is None:
         raise DyclError(
             "repeat_interleave with a tensor of repeats has an output length that depends on "

@@ -1,6 +1,7 @@
-"""Linear solves and inverses: triangular, Cholesky and LU solves, solve_ex, inv_ex, pinv, matrix_exp."""
+"""Linear solves and inverses: triangular, Cholesky and LU solves, solve_ex, inv_ex, pinv, matrix_exp, lstsq."""
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 from jax import lax
 
@@ -143,3 +144,107 @@ def linalg_matrix_exp(a):
         return i + 1, jnp.where((i < s)[..., None, None], jnp.matmul(x, x), x)
 
     return lax.while_loop(lambda st: st[0] < s.max(initial=0), square, (jnp.zeros((), jnp.int32), p))[1]
+
+
+@register(aten.linalg_lstsq.default)
+def linalg_lstsq(a, b, rcond=None, *, driver=None):
+    """(solution, residuals, rank, singular values) as torch's CPU drivers return them: the
+    minimum-norm least-squares solution through the SVD, singular values at or below
+    rcond * largest (rcond defaulting to eps * max(m, n)) counting as zero. gelsy (the default)
+    returns the rank only; gelsd/gelss also the singular values and, for m > n and full rank, the
+    squared residual norms; gels the residuals only."""
+    driver = driver or "gelsy"
+    m, n = a.shape[-2:]
+    vector = b.ndim == a.ndim - 1
+    rhs = b[..., None] if vector else b
+    batch = jnp.broadcast_shapes(a.shape[:-2], rhs.shape[:-2])
+    a = jnp.broadcast_to(a, batch + a.shape[-2:])
+    rhs = jnp.broadcast_to(rhs, batch + rhs.shape[-2:]).astype(a.dtype)
+    u, s, vh = jnp.linalg.svd(a, full_matrices=False)
+    real = s.dtype
+    cutoff = jnp.asarray(jnp.finfo(real).eps * max(m, n) if rcond is None else rcond, real)
+    smax = s[..., :1] if s.shape[-1] else jnp.zeros(s.shape[:-1] + (1,), real)
+    keep = s > cutoff * smax
+    s_inv = jnp.where(keep, 1 / jnp.where(keep, s, 1), 0).astype(a.dtype)
+    x = jnp.matmul(_h(vh) * s_inv[..., None, :], jnp.matmul(_h(u), rhs))
+    rank = keep.sum(-1)  # the interpreter casts it to torch's int64 (or its int32 form)
+    empty = jnp.zeros((0,), real)
+    residuals = empty
+    if driver != "gelsy" and m > n:
+        residuals = (jnp.abs(jnp.matmul(a, x) - rhs) ** 2).sum(-2)
+        if not isinstance(keep, jax.core.Tracer) and not bool(jnp.all(rank == n)):
+            residuals = empty  # torch leaves them out unless every matrix has full rank
+        elif vector:
+            residuals = residuals[..., 0]
+    sv = s if driver in ("gelsd", "gelss") else empty
+    if driver == "gels":
+        rank = jnp.zeros((0,), rank.dtype)
+    return (x[..., 0] if vector else x), residuals, rank, sv
+
+
+def _ldl_solve_one(ld, piv, b, hermitian: bool):
+    """LAPACK's sytrs/hetrs (lower) for one matrix: ld and 1-based pivots from sytrf (a negative
+    pivot marks a 2x2 block, as in torch's ldl_factor), b of shape (n, k)."""
+    n = ld.shape[-1]
+    rows = jnp.arange(n)
+    conj = jnp.conj if hermitian else (lambda v: v)
+
+    def swap(b, i, j):
+        bi, bj = b[i], b[j]
+        return b.at[i].set(bj).at[j].set(bi)
+
+    def forward(state):  # L D y = P b, one 1x1 or 2x2 block a step
+        k, b = state
+        p = piv[k]
+
+        def single(b):
+            b = swap(b, k, p - 1)
+            b = b - jnp.where(rows > k, ld[:, k], 0)[:, None] * b[k][None, :]
+            d = ld[k, k].real if hermitian else ld[k, k]
+            return b.at[k].set(b[k] / d)
+
+        def double(b):
+            b = swap(b, k + 1, -p - 1)
+            below = rows > k + 1
+            b = b - jnp.where(below, ld[:, k], 0)[:, None] * b[k][None, :] \
+                - jnp.where(below, ld[:, k + 1], 0)[:, None] * b[k + 1][None, :]
+            off = ld[k + 1, k]
+            akm1, ak = ld[k, k] / conj(off), ld[k + 1, k + 1] / off
+            denom = akm1 * ak - 1
+            bkm1, bk = b[k] / conj(off), b[k + 1] / off
+            return b.at[k].set((ak * bkm1 - bk) / denom).at[k + 1].set((akm1 * bk - bkm1) / denom)
+
+        return k + jnp.where(p > 0, 1, 2), lax.cond(p > 0, single, double, b)
+
+    def backward(state):  # L^T x = y (L^H for hermitian), then the row interchanges
+        k, b = state
+        p = piv[k]
+        below = rows > k
+        b = b.at[k].add(-(jnp.where(below, conj(ld[:, k]), 0)[:, None] * b).sum(0))
+
+        def single(b):
+            return swap(b, k, p - 1)
+
+        def double(b):
+            b = b.at[k - 1].add(-(jnp.where(below, conj(ld[:, k - 1]), 0)[:, None] * b).sum(0))
+            return swap(b, k, -p - 1)
+
+        return k - jnp.where(p > 0, 1, 2), lax.cond(p > 0, single, double, b)
+
+    zero = jnp.zeros((), jnp.int32)
+    _, b = lax.while_loop(lambda s: s[0] < n, forward, (zero, b))
+    _, b = lax.while_loop(lambda s: s[0] >= 0, backward, (zero + n - 1, b))
+    return b
+
+
+@register(aten.linalg_ldl_solve.default)
+def linalg_ldl_solve(ld, pivots, b, *, hermitian: bool = False):
+    batch = jnp.broadcast_shapes(ld.shape[:-2], b.shape[:-2])
+    n, k = b.shape[-2:]
+    ld = jnp.broadcast_to(ld, batch + ld.shape[-2:]).reshape((-1, n, n))
+    piv = jnp.broadcast_to(pivots.astype(jnp.int32), batch + pivots.shape[-1:]).reshape((-1, n))
+    rhs = jnp.broadcast_to(b, batch + (n, k)).reshape((-1, n, k)).astype(jnp.result_type(ld, b))
+    if rhs.shape[0] == 0 or n == 0:
+        return jnp.zeros(batch + (n, k), rhs.dtype)
+    out = jax.vmap(lambda a, p, r: _ldl_solve_one(a, p, r, hermitian))(ld, piv, rhs)
+    return out.reshape(batch + (n, k))

@@ -9,7 +9,6 @@ import numpy as np
 from jax import lax
 
 from dycl_jax.lower.ops._util import aten, norm_dim
-from dycl_jax.lower.ops.indexing import data_dependent_error
 from dycl_jax.lower.registry import register
 
 
@@ -231,8 +230,3 @@ def bucketize(x, boundaries, *, out_int32: bool = False, right: bool = False):
 @register(aten.bucketize.Scalar)
 def bucketize_scalar(x, boundaries, *, out_int32: bool = False, right: bool = False):
     return _search(boundaries, jnp.asarray(x), right, None, None)
-
-
-@register(aten._unique2.default, aten.unique_dim.default, aten.unique_consecutive.default)
-def unique(x, *args, **kwargs):
-    raise data_dependent_error("unique()", "a fixed-size histogram such as one_hot(x, n).sum(0) or sort()")
