@@ -403,6 +403,8 @@ class DispatchHost:
                     "captures it (see the report's host statements)")
         before = self.attrs.snapshot()
         with _land(True), torch.no_grad():  # values cross to JAX as arrays: no autograd graph needed
+            if part.in_torch is None and jax_ops.calls_higher_order(fns[part.first:part.stop]):
+                part.in_torch = "calls a torch higher-order op (torch.cond, while_loop, ...)"
             if part.in_torch is None:  # computed by JAX ops where it can be (host/jax_ops.py)
                 torch_leaves, inputs, versions = self._host_inputs(leaves)
                 vals, attrs = jax.tree_util.tree_unflatten(tree, torch_leaves)

@@ -201,6 +201,19 @@ def run_in_jax(body: Callable[[], Any]) -> tuple[Any, list[str]]:
     return out, mode.ops
 
 
+# higher-order ops called eagerly (`torch.cond(...)` in a host statement) compile themselves with
+# torch.compile, which refuses to trace under a dispatch mode (and keeps refusing afterwards)
+_HIGHER_ORDER = frozenset({"cond", "while_loop", "scan", "map", "associative_scan"})
+
+
+def calls_higher_order(fns: list[Callable[..., Any]]) -> bool:
+    """Whether one of these statement functions names a torch higher-order op: such a statement runs in torch."""
+    def names(code: Any) -> set[str]:
+        inner = [c for c in code.co_consts if hasattr(c, "co_names")]
+        return set(code.co_names).union(*(names(c) for c in inner))
+    return any(_HIGHER_ORDER & names(fn.__code__) for fn in fns if hasattr(fn, "__code__"))
+
+
 def active() -> bool:
     """Whether a statement is being computed by JAX ops (a converted method called from it
     would run its jitted regions inside the 64-bit scope: the host runs such a statement in torch)."""
