@@ -13,6 +13,7 @@ without lowering, an in-place update or `out=` op whose aliasing a copy would lo
 from __future__ import annotations
 
 import contextvars
+import functools
 from typing import Any, Callable
 
 import jax
@@ -208,10 +209,13 @@ _HIGHER_ORDER = frozenset({"cond", "while_loop", "scan", "map", "associative_sca
 
 def calls_higher_order(fns: list[Callable[..., Any]]) -> bool:
     """Whether one of these statement functions names a torch higher-order op: such a statement runs in torch."""
-    def names(code: Any) -> set[str]:
-        inner = [c for c in code.co_consts if hasattr(c, "co_names")]
-        return set(code.co_names).union(*(names(c) for c in inner))
-    return any(_HIGHER_ORDER & names(fn.__code__) for fn in fns if hasattr(fn, "__code__"))
+    return any(_names_higher_order(fn.__code__) for fn in fns if hasattr(fn, "__code__"))
+
+
+@functools.lru_cache(maxsize=4096)  # asked on every call of a host statement: once per code object
+def _names_higher_order(code: Any) -> bool:
+    inner = [c for c in code.co_consts if hasattr(c, "co_names")]
+    return bool(_HIGHER_ORDER & set(code.co_names)) or any(map(_names_higher_order, inner))
 
 
 def active() -> bool:
