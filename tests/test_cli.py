@@ -121,6 +121,19 @@ def test_module_factory_class_and_example_file(tmp_path, monkeypatch, capsys):
     assert data["parity"]["cases"] == 2 and data["subnetworks"][0]["inputs"] == ["x"]
 
 
+def test_example_file_importing_its_project_package_from_elsewhere(tmp_path, monkeypatch):
+    # proj/dyclpkg_cli/models/m.py does `from dyclpkg_cli.helpers import ...`; run from outside proj
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    pkg = tmp_path / "proj" / "dyclpkg_cli"
+    (pkg / "models").mkdir(parents=True)
+    _write(pkg, "helpers.py", _GOOD)
+    model_file = _write(pkg / "models", "m.py", "from dyclpkg_cli.helpers import example, inputs\n")
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    assert main(["convert", str(model_file), "--check", "1"]) == 0
+    assert str(tmp_path / "proj") in sys.path
+
+
 def test_refused_conversion_exits_1_with_location(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("COLUMNS", "200")  # no wrapping inside the panel
     src = _write(tmp_path, "unsupported.py", _UNSUPPORTED.format(name="sub"))

@@ -54,10 +54,29 @@ def import_file(path: Path) -> Any:
     sys.modules[name] = module  # dataclasses and pickling look the module up by name
     try:
         module_spec.loader.exec_module(module)
+    except ModuleNotFoundError as exc:
+        del sys.modules[name]
+        folder = _ancestor_holding(path, exc.name)
+        if folder is None:
+            raise UsageError(f"importing {path} failed: ModuleNotFoundError: {exc}",
+                             fix="install what it imports, or run from the folder that holds it") from None
+        _on_path(folder)  # e.g. `from examples.dynn import seeded` with the file run from elsewhere
+        return import_file(path)
     except Exception as exc:  # noqa: BLE001  (the user's file: report it in one line)
         del sys.modules[name]
         raise UsageError(f"importing {path} failed: {type(exc).__name__}: {exc}", fix="fix the file") from None
     return module
+
+
+def _ancestor_holding(path: Path, missing: str | None) -> str | None:
+    """The nearest folder above `path`, not yet on sys.path, holding the missing top-level package."""
+    if not missing:
+        return None
+    top = missing.split(".")[0]
+    for parent in path.resolve().parents:
+        if str(parent) not in sys.path and ((parent / top).is_dir() or (parent / f"{top}.py").is_file()):
+            return str(parent)
+    return None
 
 
 def _import_module(name: str) -> Any:
