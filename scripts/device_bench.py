@@ -10,6 +10,13 @@ them as one `jax.vmap(jm.apply)` program (a per-sample `lax.cond` is a select th
 branches run), a dispatch-host model one after another as torch does. A speed is printed only
 where the outputs match torch's (floats within FLOAT_TOL, integers exactly).
 
+For staged models at batch N, `loop ms` is the converted model called once per sample: it
+runs only each sample's taken branch, so `jax ms` against it is what the vmap's selects cost
+(or save, where one program beats N calls).
+
+On a CPU, pin XLA to one thread as torch is (`XLA_FLAGS="--xla_cpu_multi_thread_eigen=false
+intra_op_parallelism_threads=1"`): the torch side runs with one thread.
+
 Precision is pinned so that both sides compute float32 matmuls and convolutions in float32:
 no TF32 in torch (cuda.matmul / cudnn) and `jax_default_matmul_precision="highest"`.
 `--budget` stops starting new models after that many seconds (the table shows what ran).
@@ -53,6 +60,7 @@ class Result:
     compile_s: float | None = None
     torch_ms: float | None = None
     jax_ms: float | None = None
+    loop_ms: float | None = None  # staged batch N: jm called once per sample, for the vmap's select cost
     error: str = ""
 
 
@@ -138,6 +146,12 @@ def bench_model(name: str, batches: list[int], device: torch.device, runs: int) 
         if not r.error:
             t, j = medians([run_torch, run_jax], runs)
             r.torch_ms, r.jax_ms = t * 1e3, j * 1e3
+            if batch > 1 and jm.host == "staged":
+                # under vmap every per-sample cond is a select that runs both branches; a loop of
+                # single-sample calls runs only the taken one: the ratio is what the select costs
+                run_loop = lambda: [jax.block_until_ready(jm(*c)) for c in j_cases]  # noqa: E731
+                run_loop()
+                r.loop_ms = medians([run_loop], max(3, runs // 4))[0] * 1e3
         results.append(r)
     return results
 
@@ -146,7 +160,7 @@ def render(results: list[Result], device: str, console: Console) -> None:
     table = Table(title=f"torch eager vs dycl_jax on {device} (float32, no TF32)", title_justify="left")
     for col in ("model", "host", "batch"):
         table.add_column(col, no_wrap=True)
-    for col in ("convert s", "compile s", "torch ms", "jax ms", "torch/jax"):
+    for col in ("convert s", "compile s", "torch ms", "jax ms", "torch/jax", "loop ms"):
         table.add_column(col, justify="right", no_wrap=True)
     table.add_column("note", overflow="fold")
     ratios: dict[int, list[float]] = {}
@@ -156,7 +170,7 @@ def render(results: list[Result], device: str, console: Console) -> None:
             ratios.setdefault(r.batch, []).append(ratio)
         f = lambda v, s: "" if v is None else format(v, s)  # noqa: E731
         table.add_row(r.model, r.host, str(r.batch), f(r.convert_s, ".1f"), f(r.compile_s, ".2f"),
-                      f(r.torch_ms, ".3f"), f(r.jax_ms, ".3f"), f(ratio, ".2f"), r.error)
+                      f(r.torch_ms, ".3f"), f(r.jax_ms, ".3f"), f(ratio, ".2f"), f(r.loop_ms, ".3f"), r.error)
     console.print(table)
     for batch, rs in sorted(ratios.items()):
         gm = float(np.exp(np.mean(np.log(rs))))
