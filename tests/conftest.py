@@ -26,3 +26,38 @@ def _one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+# The order tests start in. CI runs `-n 2 --dist worksteal`: each worker takes half of the
+# collection and the first to run out takes half of what the other has not started. The longest
+# tests go first, so the run never ends with one worker inside a minutes-long test while the other
+# idles; the files of many ~1 s tests go last, where they even out the two workers' ends. Files
+# not named keep their collection order, between the two. (Test CPU seconds, 2 cores, noisy.)
+LONGEST_FIRST = (
+    "test_dispatch_e2e.py::test_auto_dispatches_and_matches_torch[captioning_teacher]",  # 150-215 s
+    "test_dynn_e2e.py",  # 11 examples x ~20 s (50 inputs, rewritten-torch trace, gradient parity)
+    "test_dispatch_e2e.py",
+    "test_staged_decode.py",
+    "test_emit.py",
+    "test_artifact.py",
+    "test_models_e2e.py",
+    "test_train_mode.py",
+    "test_threads.py",
+    "test_vmap_batching.py",
+)
+SHORTEST_LAST = ("test_rewrite_converters.py", "test_opinfo.py")  # hundreds of tests of ~0.1-1.5 s
+
+
+def _start_rank(item: pytest.Item) -> int:
+    nodeid = item.nodeid.removeprefix("tests/")
+    for rank, prefix in enumerate(LONGEST_FIRST):
+        if nodeid == prefix or nodeid.startswith(prefix + "::"):
+            return rank
+    if item.path.name in SHORTEST_LAST:
+        return len(LONGEST_FIRST) + 1 + SHORTEST_LAST.index(item.path.name)
+    return len(LONGEST_FIRST)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # a stable sort: within a file tests keep their order, so module fixtures are set up once
+    items.sort(key=_start_rank)

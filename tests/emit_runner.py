@@ -1,28 +1,44 @@
-"""Runs an emitted model.py with torch made unimportable: loads it, calls it on saved inputs."""
+"""Runs emitted model.py files with torch made unimportable: loads each, calls it on saved inputs."""
 import sys
 
-sys.modules["torch"] = None  # any `import torch` in the emitted module now fails
+sys.modules["torch"] = None  # any `import torch` in an emitted module now fails
 
-import importlib  # noqa: E402
+import importlib.util  # noqa: E402
 import pickle  # noqa: E402
+import traceback  # noqa: E402
 
 import jax  # noqa: E402
 from flax import nnx  # noqa: E402
 
 
-def main(out_dir: str, cases: str, results: str, eager: str = "") -> None:
-    sys.path.insert(0, out_dir)
-    model = importlib.import_module("model").load()
+def run_one(k: int, out_dir: str, args_list: list, eager: bool) -> list:
+    # each emitted module is a file named model.py: load each under its own module name
+    spec = importlib.util.spec_from_file_location(f"emitted_model_{k}", f"{out_dir}/model.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    model = module.load()
     assert isinstance(model, nnx.Module)
     graphdef, state = nnx.split(model)
     run = jax.jit(lambda s, *a: nnx.merge(graphdef, s)(*a))  # the emitted code must also jit
-    with open(cases, "rb") as f:
-        args_list = pickle.load(f)
     outs = [jax.tree.map(lambda v: jax.device_get(v), run(state, *args)) for args in args_list]
     if eager:  # and called directly (eagerly), numpy arrays in
         outs.append(jax.tree.map(jax.device_get, model(*args_list[0])))
+    return outs
+
+
+def main(jobs: str, results: str) -> None:
+    """`jobs`: a pickle of {name: (emitted dir, input tuples, eager)}; `results`: {name: ("ok",
+    outputs) or ("error", traceback)}, one job's failure not hiding the others' results."""
+    with open(jobs, "rb") as f:
+        todo = pickle.load(f)
+    done = {}
+    for k, (name, (out_dir, args_list, eager)) in enumerate(todo.items()):
+        try:
+            done[name] = ("ok", run_one(k, out_dir, args_list, eager))
+        except Exception:  # noqa: BLE001  (reported to the test of this job)
+            done[name] = ("error", traceback.format_exc())
     with open(results, "wb") as f:
-        pickle.dump(outs, f)
+        pickle.dump(done, f)
 
 
 if __name__ == "__main__":

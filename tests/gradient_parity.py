@@ -19,14 +19,15 @@ def _loss_jax(out) -> jax.Array:
     return sum(v.sum() for v in leaves if jnp.issubdtype(v.dtype, jnp.floating))
 
 
-def one_per_path(mod, model, inputs: list[tuple]) -> list[tuple]:
-    """The first of `inputs` that takes each path label of `mod.path_of` not taken before."""
+def one_per_path(mod, model, inputs: list[tuple], labels: list[tuple] | None = None) -> list[tuple]:
+    """The first of `inputs` that takes each path label of `mod.path_of` not taken before;
+    `labels`, if given, are `mod.path_of` of each input already (torch is not run again)."""
     chosen, seen = [], set()
-    for args in inputs:
-        labels = set(mod.path_of(model, args))
-        if labels - seen:
+    for k, args in enumerate(inputs):
+        labels_k = set(labels[k] if labels is not None else mod.path_of(model, args))
+        if labels_k - seen:
             chosen.append(args)
-            seen |= labels
+            seen |= labels_k
     return chosen
 
 

@@ -20,6 +20,7 @@ import dycl_jax
 from dycl_jax.errors import CallError, DecodeBoundError, DyclError
 from dycl_jax.rewrite.api import run_torch_trace
 from examples.dynn import load
+import converted  # tests/: the example conversions this process made already
 from differential import assert_same  # pytest puts tests/ on sys.path
 from test_staged_decode import Unbounded  # a decode loop with only a tensor exit
 
@@ -75,8 +76,8 @@ def artifacts(tmp_path_factory):
                      [(torch.randn(3, 8),), (torch.randn(7, 8),)])}
     for name in ("shallow_deep", "act"):
         mod = load(name)
-        model, args = mod.example()
-        cases[name] = (model, dycl_jax.to_jax(model, args), _one_per_path(mod, model, 50))
+        model, jm = converted.default(name)
+        cases[name] = (model, jm, _one_per_path(mod, model, 50))
     decode = Unbounded().eval()
     x = torch.full((1, 2), 0.1)
     cases["decode"] = (decode, dycl_jax.to_jax(decode, (x, torch.tensor(3.0)), host="staged", max_len=3),

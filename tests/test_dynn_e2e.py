@@ -2,26 +2,17 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from functools import lru_cache
 
 import pytest
 import torch
 
-import dycl_jax
 from dycl_jax.rewrite.api import run_torch_trace
 from examples.dynn import MODELS, load
+from converted import default as _converted  # the default (auto) must pick the staged host here
 from differential import assert_same  # pytest puts tests/ on sys.path
 from gradient_parity import assert_gradients_match, one_per_path
 
 N_INPUTS = 50
-
-
-@lru_cache(maxsize=None)
-def _converted(name: str):
-    model, args = load(name).example()
-    return model, dycl_jax.to_jax(model, args)  # the default (auto) must pick the staged host here
-
-
 
 
 @pytest.mark.parametrize("name", MODELS)
@@ -31,7 +22,8 @@ def test_staged_matches_torch_on_every_path(name: str) -> None:
     assert jm.host == "staged"
     paths: set = set()
     seen: dict[str, set] = defaultdict(set)
-    for k, args in enumerate(mod.inputs(N_INPUTS)):
+    inputs, labels = mod.inputs(N_INPUTS), []
+    for k, args in enumerate(inputs):
         with torch.no_grad():
             original = model(*args)
         rewritten_out, torch_decisions = run_torch_trace(model, "forward", args)
@@ -41,7 +33,8 @@ def test_staged_matches_torch_on_every_path(name: str) -> None:
         assert_same(original, got, f"{name} input {k} (jm.trace vs original torch)")
         assert_same(original, rewritten_out, f"{name} input {k} (rewritten torch vs original)")
         assert jax_decisions == torch_decisions, f"{name} input {k}: decisions differ"
-        paths.update(mod.path_of(model, args))
+        labels.append(mod.path_of(model, args))
+        paths.update(labels[-1])
         for site, value in jax_decisions:
             seen[site].add(value)
     assert paths == set(mod.PATHS), f"paths never taken: {set(mod.PATHS) - paths}"
@@ -50,7 +43,7 @@ def test_staged_matches_torch_on_every_path(name: str) -> None:
         if not site.startswith("elif@"):
             assert values == {True, False}, f"{site} only ever took {values}"
     if name != "act":  # fine-tuning gradients through lax.cond (act's fori_loop: test_loop_bounds.py)
-        assert_gradients_match(model, jm, one_per_path(mod, model, mod.inputs(N_INPUTS)), name)
+        assert_gradients_match(model, jm, one_per_path(mod, model, inputs, labels), name)
 
 
 @pytest.mark.parametrize("name", ["shallow_deep", "act"])

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 
+import converted  # tests/: the example conversions this process made already
 import dycl_jax
 from dycl_jax.errors import DyclError
 
@@ -21,6 +22,7 @@ RUNNER = Path(__file__).with_name("emit_runner.py")
 CASES = [("examples.resnet_small", 3), ("examples.dynn.shallow_deep", 12), ("examples.dynn.skipnet_ff", 8),
          ("examples.dynn.blockdrop", 8)]
 BUDGET = {"examples.resnet_small", "examples.dynn.skipnet_ff", "examples.dynn.blockdrop"}  # ResNet-style: <= 3x
+EAGER = "examples.resnet_small"  # also called eagerly: an eager lax.cond compiles per call, so jitted elsewhere
 ATOL = 1e-4  # float32 outputs; integer and boolean outputs (exit ids, masks, policies) exactly
 
 
@@ -40,14 +42,41 @@ def _leaves(tree) -> list[np.ndarray]:
     return [np.asarray(tree)]
 
 
-def _run_emitted(out: Path, cases: list[tuple], tmp: Path, eager: bool) -> list:
-    with open(tmp / "cases.pkl", "wb") as f:
-        pickle.dump([tuple(a.numpy() for a in c) for c in cases], f)
-    proc = subprocess.run([sys.executable, str(RUNNER), str(out), str(tmp / "cases.pkl"), str(tmp / "res.pkl"), "eager" if eager else ""],
-                          capture_output=True, text=True, timeout=300)
+def _convert(name: str) -> tuple:
+    """(model, jm): the default conversion, shared with the other files for the DyNN examples."""
+    if name.startswith("examples.dynn."):
+        return converted.default(name.rsplit(".", 1)[1])
+    model, args = importlib.import_module(name).example()
+    return model, dycl_jax.to_jax(model, args if isinstance(args, tuple) else (args,))
+
+
+@pytest.fixture(scope="module")
+def emitted(tmp_path_factory) -> dict:
+    """name -> (model, jm, out dir, inputs, what the torch-free runner returned), or the exception
+    converting or emitting that case raised: every case is emitted, then ONE subprocess (one
+    jax import) loads and runs them all."""
+    root = tmp_path_factory.mktemp("emitted")
+    made: dict = {}
+    jobs: dict = {}
+    for name, n in CASES:
+        try:
+            model, jm = _convert(name)
+            jm.emit(str(root / name / "out"))
+        except Exception as exc:  # noqa: BLE001  (raised again by this case's test only)
+            made[name] = exc
+            continue
+        cases = _cases(importlib.import_module(name), n)
+        made[name] = (model, jm, root / name / "out", cases)
+        jobs[name] = (str(root / name / "out"), [tuple(a.numpy() for a in c) for c in cases], name == EAGER)
+    with open(root / "jobs.pkl", "wb") as f:
+        pickle.dump(jobs, f)
+    proc = subprocess.run([sys.executable, str(RUNNER), str(root / "jobs.pkl"), str(root / "res.pkl")],
+                          capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    with open(tmp / "res.pkl", "rb") as f:
-        return pickle.load(f)
+    with open(root / "res.pkl", "rb") as f:
+        results = pickle.load(f)
+    return {name: made[name] if isinstance(made[name], Exception) else made[name] + (results[name],)
+            for name in made}
 
 
 def _same(want: np.ndarray, got: np.ndarray, what: str) -> None:
@@ -58,24 +87,24 @@ def _same(want: np.ndarray, got: np.ndarray, what: str) -> None:
         np.testing.assert_array_equal(got.astype(np.int64), want.astype(np.int64), err_msg=what)
 
 
-@pytest.mark.parametrize("name,n", CASES)
-def test_emitted_module_matches_torch_and_jm(name: str, n: int, tmp_path: Path) -> None:
+@pytest.mark.parametrize("name", [name for name, _ in CASES])
+def test_emitted_module_matches_torch_and_jm(name: str, emitted: dict) -> None:
+    if isinstance(emitted[name], Exception):
+        raise emitted[name]
+    model, jm, out, cases, (status, emitted_outs) = emitted[name]
+    assert status == "ok", f"{name}: the emitted module failed without torch:\n{emitted_outs}"
     mod = importlib.import_module(name)
-    model, args = mod.example()
-    jm = dycl_jax.to_jax(model, args if isinstance(args, tuple) else (args,))
-    jm.emit(str(tmp_path / "out"))
-    assert (tmp_path / "out" / "model.safetensors").exists()
-    text = (tmp_path / "out" / "model.py").read_text()
+    assert (out / "model.safetensors").exists()
+    text = (out / "model.py").read_text()
     assert text == jm.to_source()
     imports = [ln.split()[1] for ln in text.splitlines() if ln.startswith(("import ", "from "))]
     assert {i.split(".")[0] for i in imports} <= {"os", "jax", "numpy", "safetensors", "flax"}, imports
     if name in BUDGET:  # size: at most 3x the lines of the torch model's own classes
         assert len(text.splitlines()) <= 3 * _definition_lines(model), (name, len(text.splitlines()))
-    cases = _cases(mod, n)
-    eager = name == "examples.resnet_small"  # an eager lax.cond compiles per call: jitted elsewhere
-    emitted = _run_emitted(tmp_path / "out", cases, tmp_path, eager)
+    eager = name == EAGER
     paths = set()
-    for k, (case, got) in enumerate(zip(cases, emitted)):
+    assert len(emitted_outs) == len(cases) + eager
+    for k, (case, got) in enumerate(zip(cases, emitted_outs)):
         with torch.no_grad():
             want = _leaves(model(*case))
         mine, ours = _leaves(jm(*case)), [np.asarray(x) for x in _leaves_jax(got)]
@@ -87,7 +116,7 @@ def test_emitted_module_matches_torch_and_jm(name: str, n: int, tmp_path: Path) 
             paths.add(mod.path_of(model, case))
     if eager:
         with torch.no_grad():
-            for w, o in zip(_leaves(model(*cases[0])), _leaves_jax(emitted[-1])):  # the direct call, numpy in
+            for w, o in zip(_leaves(model(*cases[0])), _leaves_jax(emitted_outs[-1])):  # the direct call, numpy in
                 _same(w, np.asarray(o), f"{name} eager call")
     if hasattr(mod, "path_of"):
         assert len(paths) >= 2, f"{name}: the inputs exercise only one path"

@@ -10,6 +10,7 @@ from torch._higher_order_ops import while_loop
 
 import dycl_jax
 from examples.dynn import load
+import converted  # tests/: the example conversions this process made already
 
 
 def _bounds(jm: dycl_jax.JaxModel) -> list:
@@ -59,8 +60,7 @@ def test_no_bound_without_a_constant_counter():
 
 def test_act_gradients_match_torch_autograd():
     mod = load("act")
-    model, _ = mod.example()
-    jm = dycl_jax.to_jax(model, mod.example()[1])
+    model, jm = converted.default("act")
     assert _bounds(jm) == [model.act.max_steps]
     state = nnx.state(jm.module)
     for args in mod.inputs(4):
