@@ -264,7 +264,7 @@ def test_converters_produce_operator_calls():
     assert "_dycl_ops.and_(" in source(logical) and "_dycl_ops.not_(" in source(logical)
     assert "_dycl_ops.item(" in source(item_predicates) and "_dycl_ops.as_int(" in source(item_predicates)
     assert "_dycl_ops.stop(" in source(break_for_else)
-    assert "_dycl_ops.own(y)" in source(if_else_inplace)
+    assert "_dycl_ops.own((y,)" in source(if_else_inplace)
     assert "_dycl_ops.switch(" in source(jumps_then_rest)  # if/continue + elif/break + rest: one chain
     assert "print(" not in source(side_effects)
 

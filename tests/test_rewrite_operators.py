@@ -100,10 +100,11 @@ def test_item_and_casts_keep_tensors_when_staged():
 
 def test_stop_and_own():
     assert ops.stop(False, True) and not ops.stop(torch.tensor(True)) and not ops.stop(False)
-    x = torch.ones(2)
-    assert ops.own(x) is x
+    x, y = torch.ones(2), torch.zeros(2)
+    assert ops.own((x,))[0] is x
     with ops.tracing():
-        assert ops.own(x) is not x
+        a, b, c, xs = ops.own((x, x), (x, [x, y]))  # one copy for every name of x, in lists too
+        assert a is not x and a is b is c and xs[0] is a and xs[1] is y
 
 
 def test_undefined_fails_like_python():
@@ -198,6 +199,6 @@ def test_host_values_stay_tensors_when_traced():
         assert "Python int" in info.value.fix
         with pytest.raises(DyclError, match=r"list elements are a float32\[2\] tensor and a float32\[3\] tensor"):
             ops.getitem([torch.zeros(2), torch.zeros(3)], torch.tensor(0))
-        owned = ops.own(xs)
+        owned, = ops.own((xs,))
         assert owned == xs and owned is not xs  # a branch appends to its own copy
-    assert ops.getitem(rows, 2) is rows[2] and ops.own(xs) is xs
+    assert ops.getitem(rows, 2) is rows[2] and ops.own((xs,))[0] is xs

@@ -54,11 +54,13 @@ def _pred(p: Any, site: Site) -> torch.Tensor:
 
 # ---------------------------------------------------------------- branches
 
-def _check_kept_aliases(site: Site, values: dict, frame: Any) -> None:
+def _check_kept_aliases(site: Site, values: dict, frame: Any, branches: bool = False) -> None:
     """Refuse a construct whose output may stay the same tensor as another name on one path,
     when one of the two is updated in place later: torch's update reaches both there."""
     local = frame.f_locals
     for n, m in site.kept_aliases:
+        if branches and n in site.names and m in site.names:
+            continue  # both outputs: decided after the join (_check_split_aliases)
         t = values.get(n)
         if isinstance(t, torch.Tensor) and local.get(m) is t:
             raise AliasedUpdateError(
@@ -69,26 +71,97 @@ def _check_kept_aliases(site: Site, values: dict, frame: Any) -> None:
                 fix=f"copy first (`{n} = {m}.clone()` before it) if `{m}` must not change, or update `{m}` by name")
 
 
+def _root(t: torch.Tensor) -> torch.Tensor:
+    return t._base if t._base is not None else t
+
+
+def _shares(x: Any, t: torch.Tensor) -> str | None:
+    """How `x` holds tensor `t` or part of its memory: "same" (the tensor itself), "view" (a view
+    of it, or it a view of x), "element" (a list / tuple / dict holding either); None if not."""
+    if isinstance(x, torch.Tensor):
+        return "same" if x is t else "view" if _root(x) is _root(t) else None
+    if type(x) in (list, tuple, dict):
+        for e in (x.values() if isinstance(x, dict) else x):
+            if isinstance(e, torch.Tensor) and _shares(e, t) is not None:
+                return "element"
+    return None
+
+
+def _check_loop_aliases(site: Site, values: dict, frame: Any) -> None:
+    """Refuse a loop whose body updates a carried tensor in place while another loop variable
+    (or a name read after the loop) is that tensor, holds it or shares its memory: the staged
+    body takes each loop variable as its own tensor, so torch's update would reach only one."""
+    local = frame.f_locals
+    for n in site.owned:
+        t = values.get(n)
+        if not isinstance(t, torch.Tensor):
+            continue
+        others = {**{m: local.get(m) for m in site.live_after}, **values}
+        for m, x in others.items():
+            how = _shares(x, t) if m != n and not m.startswith("_dycl_") else None
+            if how is not None:
+                raise AliasedUpdateError(
+                    f"{site.construct}: its body updates `{n}` in place, and `{m}` "
+                    + {"same": "is the same tensor", "element": "holds it (or a view of it)",
+                       "view": "shares its memory (a view)"}[how]
+                    + f"; torch changes both on every iteration, a converted loop takes `{n}` and `{m}` as "
+                    "separate loop variables and would change only one",
+                    location=site.location,
+                    fix=f"copy before the loop (`{n} = {n}.clone()`) if `{m}` must not change, or update "
+                        f"`{m}` by name in the body too")
+
+
+def _check_split_aliases(site: Site, plan: plans.Plan, inputs: tuple) -> None:
+    """Outputs n, m that are one tensor before the construct but not on every path after it: a
+    later in-place update of one (kept_aliases) reaches the other in torch on some paths only."""
+    given = dict(zip(site.inputs, inputs))
+    for n, m in site.kept_aliases:
+        if n in site.names and m in site.names and isinstance(given.get(n), torch.Tensor) \
+                and given.get(n) is given.get(m) and not plan.one_tensor(site.names.index(n), site.names.index(m)):
+            raise AliasedUpdateError(
+                f"{site.construct}: `{n}` and `{m}` are the same tensor before it, and stay so on some paths but not "
+                f"on others; one of them is updated in place later while the other is still read, which torch "
+                f"applies to both on those paths only, and a converted construct cannot choose by a tensor "
+                f"condition whether two names are one tensor",
+                location=site.location,
+                fix=f"copy first (`{n} = {m}.clone()` before it) if they must not share updates, or update both by name")
+
+
 def _check_aliases(site: Site, frame: Any) -> None:
-    """Refuse a branch that updates a tensor in place while another name read later holds the
-    same tensor: torch changes both, a converted branch only rebinds the name it updates."""
+    """Refuse a branch that updates a tensor in place while another name holds part of it in a
+    way the branch cannot pass on: a view of it (or it a view of another tensor), or the same
+    tensor (or a list holding it) under a name read later that the branch does not return.
+    Names bound to the very tensor that the branch returns (an alias, `a = v`) get the updated
+    tensor back (`own`, converters/branches.signature)."""
     local = frame.f_locals
     for n in site.owned:
         t = local.get(n)
         if not isinstance(t, torch.Tensor):
             continue
-        if modes.is_caller_tensor(t):
+        if modes.is_caller_tensor(t) or modes.is_caller_tensor(_root(t)):
             raise InputMutationError(
                 f"{site.construct}: a path updates `{n}`, an input of the method, in place; torch would change "
                 "the caller's tensor, which a converted model (a pure function) cannot",
                 location=site.location, fix=f"update a copy (`{n} = {n}.clone()` before the `if`) and return it")
-        for m in site.live_after:
-            if m != n and local.get(m) is t:
-                raise AliasedUpdateError(
-                    f"{site.construct}: a path updates `{n}` in place, and `{m}` (read later) is the same tensor; "
-                    f"torch changes both, a converted branch would change only `{n}`",
-                    location=site.location,
-                    fix=f"update `{m}` by name too, or copy first (`{n} = {m}.clone()`) if `{m}` must not change")
+        for m in dict.fromkeys((*site.inputs, *site.live_after)):
+            how = _shares(local.get(m), t) if m != n and not m.startswith("_dycl_") else None
+            if how is None or (how == "same" and (m in site.names or m not in site.live_after)) \
+                    or (how == "element" and m in site.names and _holds_itself(local.get(m), t)):
+                continue
+            what = {"same": "is the same tensor", "element": "holds it (or a view of it)",
+                    "view": "shares its memory (one is a view of the other: slicing, `.view`, `.t()`, ...)"}[how]
+            fix = (f"make `{m}` a copy (`.clone()` where it is made from `{n}`, or `{n}`'s from it) if it must not "
+                   f"change, or update `{m}` by name after the `if`") if how == "view" else \
+                (f"update `{m}` by name too, or copy first (`{n} = {n}.clone()` before the `if`) if `{m}` must not change")
+            raise AliasedUpdateError(
+                f"{site.construct}: a path updates `{n}` in place, and `{m}`{' (read later)' if m in site.live_after else ''} "
+                f"{what}; torch changes both, a converted branch would change only `{n}`",
+                location=site.location, fix=fix)
+
+
+def _holds_itself(x: Any, t: torch.Tensor) -> bool:
+    """A list / tuple that holds `t` only as itself (no view of it): `own` swaps in the copy."""
+    return type(x) is not dict and all(e is t or not isinstance(e, torch.Tensor) or _root(e) is not _root(t) for e in x)
 
 
 def cond(pred: Any, true_fn: Callable, false_fn: Callable, inputs: tuple, site: Site) -> tuple:
@@ -102,7 +175,7 @@ def cond(pred: Any, true_fn: Callable, false_fn: Callable, inputs: tuple, site: 
     if site.owned:
         _check_aliases(site, sys._getframe(1))
     if site.kept_aliases:
-        _check_kept_aliases(site, sys._getframe(1).f_locals, sys._getframe(1))
+        _check_kept_aliases(site, sys._getframe(1).f_locals, sys._getframe(1), branches=True)
     if exit_only and site.dead_on_exit:
         false_fn = with_dead(false_fn, site)
     if padding.selects(site):
@@ -123,7 +196,7 @@ def switch(pred_fns: Sequence[Callable[[], Any]], fns: Sequence[Callable], input
     if site.owned:
         _check_aliases(site, sys._getframe(1))
     if site.kept_aliases:
-        _check_kept_aliases(site, sys._getframe(1).f_locals, sys._getframe(1))
+        _check_kept_aliases(site, sys._getframe(1).f_locals, sys._getframe(1), branches=True)
     candidates: list[tuple[int, Any]] = []
     for i, pf in enumerate(pred_fns):
         p = pf()
@@ -191,10 +264,12 @@ def _choose(site: Site, candidates: list[tuple[int, Any]], fns: Sequence[Callabl
     if mode == "staging":
         preds = [p for _, p in candidates[:-1]]
         plan, tensors = staged.choice(sub, preds, [i for i, _ in candidates], chosen, inputs, placeholders)
+        _check_split_aliases(site, plan, inputs)
         return plan.rebuild(tensors)
     with modes.dry_run(inputs) as dry_inputs:
         outs = [tuple(fn(*dry_inputs)) for fn in chosen]
         plan, pads = padding.unify(sub, outs, placeholders) if site.pad else (plans.build(sub, outs, placeholders), None)
+    _check_split_aliases(site, plan, inputs)
     if mode == "dry":
         return plan.normalize(padding.apply(pads, outs[0]))
     taken = next(k for k, (_, p) in enumerate(candidates) if p is True or bool(p))
@@ -224,12 +299,16 @@ def while_loop(test_fn: Callable, body_fn: Callable, carry: tuple, invariants: t
             with modes.dry_run((carry, invariants)) as (c, inv):
                 probe = static(test_fn(*c, *inv))  # no graph nodes for a test that is only looked at
             if isinstance(probe, torch.Tensor):
+                if site.owned:
+                    _check_loop_aliases(site, dict(zip(site.inputs, (*carry, *invariants))), frame)
                 if site.kept_aliases:
                     _check_kept_aliases(site, dict(zip(site.names, carry)), frame)
                 plan, tensors = staged.loop(site, test_fn, body_fn, carry, invariants, lambda t: _pred(t, site))
                 return plan.rebuild(tensors)
         test = static(test_fn(*carry, *invariants))
         if isinstance(test, torch.Tensor) and mode != "plain":
+            if site.owned:
+                _check_loop_aliases(site, dict(zip(site.inputs, (*carry, *invariants))), frame)
             if site.kept_aliases:
                 _check_kept_aliases(site, dict(zip(site.names, carry)), frame)
             break
@@ -266,7 +345,7 @@ def _loop_plan(site: Site, body_fn: Callable, carry: tuple, invariants: tuple) -
                                 f"{type(exc).__name__}: {exc}", location=site.location,
                                 fix="keep values the loop changes usable as tensors (e.g. no list indexing "
                                 "with a loop counter), or make the loop condition a Python value") from exc
-            plan = plans.build(site, [raw, *outs], "all", constants=False)
+            plan = plans.build(site, [raw, *outs], "all", constants=False, merge=False)
             if plan.kinds() == plans.kinds(current):
                 return plan
     raise DyclError(f"{site.construct}: its variables keep changing type from one iteration to the next",
@@ -342,14 +421,27 @@ def stop(*flags: Any) -> bool:
     return any(f is True for f in flags)
 
 
-def own(x: Any) -> Any:
-    """A private copy of a tensor a branch updates in place (graph branches may not mutate inputs),
-    or of a list / dict / set it appends to (each path gets its own; the cond joins them). In a
-    branch Python decided, the object itself: only that path runs, with Python's aliasing."""
-    if _PYTHON_BRANCH.get():
-        return x
-    if isinstance(x, torch.Tensor) and _traced():
-        return x.clone()
-    if type(x) in (list, dict, set) and _traced():
-        return type(x)(x)
+def own(owned: tuple, others: tuple = ()) -> tuple:
+    """Private copies of the tensors a branch updates in place (graph branches may not mutate
+    inputs), and of the lists / dicts / sets it appends to (each path gets its own; the cond
+    joins them); then `others`, the body's other inputs. Names bound to one tensor share one
+    copy, so an update through one of them reaches the others as in torch; an input that is
+    not updated but holds an updated tensor (or a list of one) sees the copy too. In a branch
+    Python decided, the objects themselves: only that path runs, with Python's aliasing."""
+    if _PYTHON_BRANCH.get() or not _traced():
+        return (*owned, *others)
+    copies: dict[int, Any] = {}
+    for x in owned:
+        if id(x) not in copies:
+            copies[id(x)] = x.clone() if isinstance(x, torch.Tensor) else \
+                type(x)(x) if type(x) in (list, dict, set) else x
+    return (*(copies[id(x)] for x in owned), *(_swap(x, copies) for x in others))
+
+
+def _swap(x: Any, copies: dict[int, Any]) -> Any:
+    """`x`, or its copy among `copies`; a list or tuple holding an owned tensor: with its copy."""
+    if id(x) in copies:
+        return copies[id(x)]
+    if type(x) in (list, tuple) and any(id(e) in copies for e in x):
+        return type(x)(copies.get(id(e), e) for e in x)
     return x

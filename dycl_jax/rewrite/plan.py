@@ -96,9 +96,12 @@ class VarPlan:
 class Plan:
     """Per output variable: structure and leaves; tensors travel through the graph op."""
 
-    def __init__(self, vars_: list[VarPlan]) -> None:
+    def __init__(self, vars_: list[VarPlan], same: dict[int, int] | None = None) -> None:
         self.vars = vars_
         self.n_tensors = sum(1 for v in vars_ for leaf in v.leaves if not leaf.const)
+        # tensor k -> an earlier tensor that is the same object on every path (aliases: `a = v`
+        # passed on, or updated in place through either): after the join they are one tensor again
+        self.same = same or {}
 
     def flatten(self, values: tuple[Any, ...], clone: bool = True) -> list[torch.Tensor]:
         """One path's outputs as the plan's tensors (converted, placeholders, fresh copies)."""
@@ -120,16 +123,30 @@ class Plan:
         return out
 
     def rebuild(self, tensors: list[torch.Tensor] | tuple[torch.Tensor, ...]) -> tuple[Any, ...]:
-        it = iter(tensors)
+        it = iter(range(len(tensors)))
         values = []
         for var in self.vars:
             if var.spec is None:
                 values.append(var.undefined)
                 continue
             leaves = [(leaf.value.make() if isinstance(leaf.value, ConstTensor) else leaf.value) if leaf.const
-                      else next(it) for leaf in var.leaves]
+                      else tensors[self.same.get(k, k)] for leaf, k in ((leaf, -1 if leaf.const else next(it))
+                                                                       for leaf in var.leaves)]
             values.append(pytree.tree_unflatten(leaves, var.spec))
         return tuple(values)
+
+    def one_tensor(self, i: int, j: int) -> bool:
+        """Whether output variables i and j are one tensor after the join (`same`)."""
+        k = [0]
+        pos: dict[int, int] = {}
+        for v, var in enumerate(self.vars):
+            tensors = [leaf for leaf in var.leaves if not leaf.const] if var.spec is not None else []
+            if len(tensors) == 1 and var.spec.is_leaf():
+                pos[v] = k[0]
+            k[0] += len(tensors)
+        if i not in pos or j not in pos:
+            return False
+        return self.same.get(pos[i], pos[i]) == self.same.get(pos[j], pos[j])
 
     def tensor_names(self, site: Site) -> list[str]:
         """The variable each tensor travelling through the graph op belongs to (`xs[1]` for a
@@ -215,12 +232,16 @@ def _unify_leaf(site: Site, j: int, paths: list[int], vals: list[Any], constants
     return Leaf(False, dtype=t0.dtype, shape=tuple(t0.shape), device=t0.device)
 
 
-def build(site: Site, outputs: list[tuple[Any, ...]], placeholders: str = "retval", constants: bool = True) -> Plan:
+def build(site: Site, outputs: list[tuple[Any, ...]], placeholders: str = "retval", constants: bool = True,
+          merge: bool = True) -> Plan:
     """Unify the outputs of every path. placeholders: "retval" | "all" — which variables may be
     undefined on some paths (they get zeros of the defining path's structure there). constants:
     whether a constant-built tensor equal on every path stays a constant (not for loop carries:
-    the body reads every carried tensor as a graph input)."""
+    the body reads every carried tensor as a graph input). merge: whether outputs that are one
+    tensor on every path stay one tensor (`Plan.same`; not for loops, whose body takes each
+    carried tensor as its own graph input)."""
     vars_ = []
+    objects: list[tuple[int, ...] | None] = []  # per tensor of the plan: its object on each path
     for j in range(len(site.names)):
         vals = [out[j] for out in outputs]
         defined = [p for p, v in enumerate(vals) if not isinstance(v, Undefined)]
@@ -245,7 +266,26 @@ def build(site: Site, outputs: list[tuple[Any, ...]], placeholders: str = "retva
         leaves = [_unify_leaf(site, j, defined, [flats[p][0][i] for p in defined], constants)
                   for i in range(len(flats[defined[0]][0]))]
         vars_.append(VarPlan(spec, leaves))
-    return Plan(vars_)
+        for i, leaf in enumerate(leaves):
+            if not leaf.const:
+                objs = [flats[p][0][i] for p in defined]
+                whole = len(defined) == len(vals) and all(isinstance(o, torch.Tensor) for o in objs)
+                objects.append(tuple(map(id, objs)) if whole else None)
+    return Plan(vars_, _same(objects) if merge else None)
+
+
+def _same(objects: list[tuple[int, ...] | None]) -> dict[int, int]:
+    """Tensor k -> the first tensor that is the same object as it on every path."""
+    first: dict[tuple[int, ...], int] = {}
+    same = {}
+    for k, key in enumerate(objects):
+        if key is None:
+            continue
+        if key in first:
+            same[k] = first[key]
+        else:
+            first[key] = k
+    return same
 
 
 def _desc_tree(v: Any) -> str:

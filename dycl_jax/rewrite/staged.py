@@ -271,7 +271,7 @@ def loop(site: Site, test_fn: Callable, body_fn: Callable, carry: tuple, invaria
                             "inside a loop that depends on tensor values", location=site.location,
                             fix="convert with train=False, or move the BatchNorm out of the loop")
         outs.append(body.values)
-        plan = plans.build(site, [carry, *outs], "all", constants=False)
+        plan = plans.build(site, [carry, *outs], "all", constants=False, merge=False)
         settled = plan.kinds() == plans.kinds(current)
         if settled:
             break

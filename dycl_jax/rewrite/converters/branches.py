@@ -4,9 +4,10 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
+from dycl_jax.analysis.aliases import Aliases
 from dycl_jax.analysis.cfg import Liveness
 from dycl_jax.analysis.scopes import block_access, free_names
-from dycl_jax.rewrite.templates import is_scope, locate, name, op_call, set_name
+from dycl_jax.rewrite.templates import assign, is_scope, locate, op_call, tuple_of
 
 
 @dataclass
@@ -30,11 +31,20 @@ def liveness(scope: ast.FunctionDef) -> Liveness:
     return Liveness(scope, closure_reads(scope))
 
 
-def signature(live: Liveness, bodies: list[list[ast.stmt]], live_after: set[str]) -> Signature:
-    """Outputs: assigned in some body and live after; inputs: read before assigned, plus outputs."""
+def signature(live: Liveness, bodies: list[list[ast.stmt]], live_after: set[str],
+              scope: ast.FunctionDef | None = None) -> Signature:
+    """Outputs: assigned in some body and live after, and (given the scope) the names live after
+    that may hold a tensor some body updates in place: the construct returns the updated tensor
+    under each of them. Inputs: read before assigned, plus outputs."""
     accs = [block_access(b) for b in bodies]
     writes = set().union(*(a.writes for a in accs)) & live.locals
-    outputs = sorted(writes & live_after)
+    outputs = writes & live_after
+    updated = set().union(*(a.mutates | nested_owned(b) for a, b in zip(accs, bodies))) & live.locals
+    if updated and scope is not None:
+        aliases = Aliases(scope)
+        outputs |= {m for m in live_after & live.locals if not m.startswith("_dycl_")
+                    and any(aliases.same(m, n) for n in updated)}
+    outputs = sorted(outputs)
     reads: set[str] = set()
     for body, acc in zip(bodies, accs):
         reads |= live.entry(body) & (acc.reads | acc.mutates)
@@ -45,30 +55,28 @@ def signature(live: Liveness, bodies: list[list[ast.stmt]], live_after: set[str]
 
 def nested_owned(body: list[ast.stmt]) -> set[str]:
     """Names that a construct already converted inside `body` updates in place: its generated
-    functions begin with `n = own(n)` for them, and take them under the same names. The
-    enclosing construct updates them too (so it copies them, or refuses a live alias)."""
+    functions begin with `own_prefix`'s statement for them, and take them under the same names.
+    The enclosing construct updates them too (so it copies them, or refuses a live alias)."""
     names: set[str] = set()
     for node in (n for s in body for n in ast.walk(s)):
-        if isinstance(node, ast.FunctionDef) and getattr(node, "_dycl_generated", False):
-            for st in node.body:
-                if not (isinstance(st, ast.Assign) and isinstance(st.value, ast.Call)
-                        and isinstance(st.value.func, ast.Attribute) and st.value.func.attr == "own"):
-                    break
-                names |= {t.id for t in st.targets if isinstance(t, ast.Name)}
+        if isinstance(node, ast.FunctionDef) and getattr(node, "_dycl_generated", False) and node.body:
+            names |= set(getattr(node.body[0], "_dycl_owned", ()))
     return names
 
 
-def kept_aliases(live: Liveness, bodies: list[list[ast.stmt]], outputs: list[str], after: set[str],
+def kept_aliases(live: Liveness, construct: ast.stmt, bodies: list[list[ast.stmt]], outputs: list[str],
                  always_unchanged: bool = False) -> tuple[tuple[str, str], ...]:
     """Pairs (n, m) of `Site.kept_aliases`: n an output that some body does not rebind (or every
-    output, for a loop that may not run), m live after the construct, and a statement of the
-    function that updates one of them in place while the other is live after it."""
+    output, for a loop that may not run), m live after the construct, and a statement that may
+    run after the construct and updates one of them in place while the other is live after it.
+    (An update inside a construct converted already handles its own aliases: `own`, operators.)"""
     binds = [block_access(b).binds for b in bodies]
     unchanged = [n for n in outputs if always_unchanged or any(n not in b for b in binds)]
     if not unchanged:
         return ()
+    after = live.after(construct)
     hazards: set[frozenset] = set()
-    for node in live.cfg.nodes:
+    for node in _reachable(live.cfg.join[id(construct)]):
         for n in node.acc.mutates & live.locals:
             live_out = set().union(*(s.live_in for s in node.succ)) if node.succ else set()
             hazards |= {frozenset((n, m)) for m in live_out - {n}}
@@ -76,9 +84,27 @@ def kept_aliases(live: Liveness, bodies: list[list[ast.stmt]], outputs: list[str
                         if m != n and not m.startswith("_dycl_") and frozenset((n, m)) in hazards))
 
 
-def own_prefix(names: set[str], at: ast.AST) -> list[ast.stmt]:
-    """`x = _dycl_ops.own(x)` for inputs a body updates in place."""
-    return [locate(set_name(n, op_call("own", name(n))), at) for n in sorted(names)]
+def _reachable(start) -> list:
+    seen, stack = {id(start): start}, [start]
+    while stack:
+        for nxt in stack.pop().succ:
+            if id(nxt) not in seen:
+                seen[id(nxt)] = nxt
+                stack.append(nxt)
+    return list(seen.values())
+
+
+def own_prefix(names: set[str], inputs: list[str], at: ast.AST) -> list[ast.stmt]:
+    """`x, y, h = _dycl_ops.own((x, y), (h,))` for the inputs x, y a body updates in place: one
+    private copy per tensor, which every input name bound to that same tensor then holds (so an
+    update through one name reaches its aliases inside the body, as in torch)."""
+    if not names:
+        return []
+    owned = sorted(names)
+    others = [n for n in inputs if n not in names]
+    stmt = locate(assign(owned + others, op_call("own", tuple_of(owned), tuple_of(others))), at)
+    stmt._dycl_owned = tuple(owned)  # type: ignore[attr-defined]
+    return [stmt]
 
 
 def check_body(body: list[ast.stmt], what: str, ctx_src) -> None:

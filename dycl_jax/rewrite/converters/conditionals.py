@@ -42,7 +42,7 @@ def convert_if(node: ast.If, block: list[ast.stmt], scope: ast.FunctionDef, ctx:
     for b in bodies:
         check_body(b, f"the `if` at line {node.lineno}", ctx.src)
     live = liveness(scope)
-    sig = signature(live, bodies, live.after(node))
+    sig = signature(live, bodies, live.after(node), scope)
     guard = getattr(node, "_dycl_guard", False)
     kind = "guard" if guard else ("elif" if len(tests) > 1 else "if")
     if len(tests) == 1:
@@ -53,7 +53,7 @@ def convert_if(node: ast.If, block: list[ast.stmt], scope: ast.FunctionDef, ctx:
     dead = dead_on_exit(node, sig.outputs, live, ctx) if len(tests) == 1 else ()
     owned = set().union(*sig.owned)
     live_after = tuple(sorted(n for n in live.after(node) & live.locals if not n.startswith("_dycl_"))) if owned else ()
-    kept = kept_aliases(live, bodies, sig.outputs, live.after(node))
+    kept = kept_aliases(live, node, bodies, sig.outputs)
     pad = ctx.unroll is not None and scope is ctx.src.tree  # the method's own joins (padding.py)
     flags = tuple(sorted(getattr(node, "_dycl_flags", ())))
     site = ctx.add_site(kind, node.lineno, tuple(sig.outputs), paths, lines, dead, tuple(sorted(owned)), live_after,
@@ -61,7 +61,7 @@ def convert_if(node: ast.If, block: list[ast.stmt], scope: ast.FunctionDef, ctx:
     stem = ctx.fresh("if" if kind != "elif" else "case")
     fns = []
     for k, (body, owned) in enumerate(zip(bodies, sig.owned)):
-        fn = function(f"{stem}_{k}", sig.inputs, own_prefix(owned, node) + body, sig.outputs)
+        fn = function(f"{stem}_{k}", sig.inputs, own_prefix(owned, sig.inputs, node) + body, sig.outputs)
         fn._dycl_generated = True  # type: ignore[attr-defined]
         fns.append(locate(ast.copy_location(fn, body[0] if body else node), node))
     inputs = tuple_of(sig.inputs)

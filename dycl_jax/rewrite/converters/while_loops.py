@@ -20,12 +20,15 @@ def convert_while(node: ast.While, block: list[ast.stmt], scope: ast.FunctionDef
     invariants = sorted((reads & at_header) - set(carried))
     params = carried + invariants
     lines = (tuple(None for _ in carried), tuple(last_assignment_line(node.body, v) for v in carried))
-    kept = kept_aliases(live, [node.body], carried, live.after(node), always_unchanged=True)
+    kept = kept_aliases(live, node, [node.body], carried, always_unchanged=True)
+    owned = (body_acc.mutates | nested_owned(node.body)) & set(carried)
+    live_after = tuple(sorted(n for n in live.after(node) & live.locals if not n.startswith("_dycl_"))) if owned else ()
     site = ctx.add_site("while", node.lineno, tuple(carried), ("value before the loop", "value after an iteration"),
-                        lines, kept_aliases=kept)
+                        lines, owned=tuple(sorted(owned)), live_after=live_after, kept_aliases=kept,
+                        inputs=tuple(params))
     stem = ctx.fresh("while")
     test_fn = function(f"{stem}_test", params, [locate(ast.Return(value=node.test), node)], None)
-    body_fn = function(f"{stem}_body", params, own_prefix((body_acc.mutates | nested_owned(node.body)) & set(carried), node) + node.body, carried)
+    body_fn = function(f"{stem}_body", params, own_prefix(owned, params, node) + node.body, carried)
     for fn in (test_fn, body_fn):
         fn._dycl_generated = True  # type: ignore[attr-defined]
         locate(ast.copy_location(fn, node), node)
