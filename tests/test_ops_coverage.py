@@ -370,13 +370,32 @@ def test_triangular_solves_every_form() -> None:
     check(Fn(solves), a, b, bt, grad=(0, 1))
 
 
-def test_ldl_solve_with_one_and_two_by_two_pivots() -> None:
+def test_ldl_factor_and_solve_with_one_and_two_by_two_pivots() -> None:
+    """ldl_solve on torch's factors; ldl_factor(_ex) bit for bit as torch's sytrf (LD, pivots,
+    info) on indefinite, positive definite, singular and non-symmetric inputs (the lower
+    triangle is read); one conversion for all of it."""
     g = torch.Generator().manual_seed(4)
     a = torch.randn(3, 5, 5, generator=g)
     sym = a + a.mT  # indefinite: Bunch-Kaufman pivoting picks 2x2 blocks for some of them
     ld, pivots = torch.linalg.ldl_factor(sym)
     assert (pivots < 0).any() and (pivots > 0).any(), pivots
-    check(Fn(lambda ld, p, b: torch.linalg.ldl_solve(ld, p, b)), ld, pivots, torch.randn(3, 5, 2, generator=g))
+    m = torch.randn(5, 7, 7, generator=g)
+    mats = torch.stack([m[0] + m[0].T, m[1] @ m[1].T + torch.eye(7), m[2], m[3] + m[3].T, m[4] + m[4].T])
+    mats[-1, :, 0] = mats[-1, 0, :] = 0  # a zero column: info 1, no elimination at that step
+
+    def fn(ld, p, b, mats):
+        return torch.linalg.ldl_solve(ld, p, b), tuple(torch.linalg.ldl_factor_ex(mats)), tuple(torch.linalg.ldl_factor(mats[:-1]))
+
+    args = (ld, pivots, torch.randn(3, 5, 2, generator=g), mats)
+    jm = check(Fn(fn), *args)
+    _, (want_ld, want_piv, want_info), _ = fn(*args)
+    assert (want_piv < 0).any() and want_info[-1] == 1, (want_piv, want_info)
+    _, (got_ld, got_piv, got_info), (got_ld2, got_piv2) = jm(*args)
+    np.testing.assert_array_equal(np.asarray(got_ld), want_ld.numpy())  # exact: the same pivots and roundings
+    np.testing.assert_array_equal(np.asarray(got_ld2), want_ld[:-1].numpy())
+    np.testing.assert_array_equal(np.asarray(got_piv), want_piv.numpy())
+    np.testing.assert_array_equal(np.asarray(got_piv2), want_piv[:-1].numpy())
+    np.testing.assert_array_equal(np.asarray(got_info), want_info.numpy())
 
 
 def test_checked_linalg_functions_lower_without_the_error_check() -> None:

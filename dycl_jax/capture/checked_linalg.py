@@ -1,4 +1,4 @@
-"""Decompositions of torch.linalg functions that check their result (inv, cholesky, solve, lu_factor)."""
+"""Decompositions of torch.linalg functions that check their result (inv, cholesky, solve, lu_factor, ldl_factor)."""
 from __future__ import annotations
 
 from typing import Any, Callable
@@ -30,9 +30,15 @@ def _lu_factor(a: Any, pivot: bool = True) -> Any:
     return lu, pivots
 
 
+def _ldl_factor(a: Any, hermitian: bool = False) -> Any:
+    ld, pivots, _ = aten.linalg_ldl_factor_ex.default(a, hermitian=hermitian)
+    return ld, pivots
+
+
 UNCHECKED: dict[Any, Callable[..., Any]] = {
     aten.linalg_inv.default: _inv,
     aten.linalg_cholesky.default: _cholesky,
     aten.linalg_solve.default: _solve,
     aten.linalg_lu_factor.default: _lu_factor,
+    aten.linalg_ldl_factor.default: _ldl_factor,
 }

@@ -136,8 +136,19 @@ def fmod(a, b):
 @register(aten.pow.Tensor_Tensor, aten.pow.Tensor_Scalar, aten.pow.Scalar)
 def pow_(a, b):
     a, b = operands(a, b)
+    if not isinstance(b, (int, float)) and jnp.issubdtype(jnp.result_type(a, b), jnp.integer):
+        return _int_pow(a, b)
     # a Python int exponent lowers to lax.integer_pow (repeated multiplication), as torch does
     return jnp.power(a, b)
+
+
+def _int_pow(a, b):
+    """Integer powers with a tensor exponent: a negative exponent gives 0, except for the bases 1
+    (1) and -1 (+-1 by the exponent's parity), as torch's integer pow; jnp wraps instead."""
+    dt = jnp.result_type(a, b)
+    a, b = jnp.asarray(a, dt), jnp.asarray(b, dt)
+    negative = jnp.where(a == 1, 1, jnp.where(a == -1, 1 - 2 * (b & 1), 0)).astype(dt)
+    return jnp.where(b < 0, negative, jnp.power(a, jnp.maximum(b, 0)))
 
 
 @register(aten.atan2.default)

@@ -17,23 +17,21 @@ def bmm(a, b):
     return jnp.matmul(a, b)
 
 
-@register(aten.addmm.default)
-def addmm(bias, a, b, *, beta=1, alpha=1):
-    out = jnp.matmul(a, b)
-    if alpha != 1:
-        out = out * alpha
-    if beta == 0:
-        return out
-    return out + (bias if beta == 1 else bias * beta)
-
-
 def _scaled_sum(bias, prod, beta, alpha):
-    """beta·bias + alpha·prod, where beta == 0 ignores bias entirely (NaN/inf included), as torch."""
+    """beta·bias + alpha·prod, where beta == 0 ignores bias entirely (NaN/inf included), as torch.
+    With integer operands torch truncates float alpha and beta to integers first (0.6 -> 0)."""
+    if not jnp.issubdtype(jnp.result_type(bias, prod), jnp.inexact):
+        beta, alpha = int(beta), int(alpha)
     if alpha != 1:
         prod = prod * alpha
     if beta == 0:
         return prod
     return prod + (bias if beta == 1 else bias * beta)
+
+
+@register(aten.addmm.default)
+def addmm(bias, a, b, *, beta=1, alpha=1):
+    return _scaled_sum(bias, jnp.matmul(a, b), beta, alpha)
 
 
 @register(aten.mv.default)
