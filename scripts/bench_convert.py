@@ -71,10 +71,10 @@ def child(spec: str, memory: bool) -> dict[str, Any]:
     import torch
 
     import dycl_jax
-    from dycl_jax.cli import call_example, load_entry
+    from dycl_jax.command.targets import load_target
 
-    module, fn = load_entry(spec)
-    model, args = call_example(fn)
+    target = load_target(spec)
+    model, args = target.model, target.args
     out: dict[str, Any] = {"model": type(model).__name__}
     tensors = list(model.parameters()) + list(model.buffers())
     out["torch_state_mb"] = sum(t.numel() * t.element_size() for t in tensors) / 2**20
@@ -107,7 +107,7 @@ def child(spec: str, memory: bool) -> dict[str, Any]:
         out["rss_after_first_call_mb"] = _rss_mb()
         state = jax.tree_util.tree_leaves(jm._state_values())
         out["jax_state_mb"] = sum(np.asarray(a).nbytes for a in state) / 2**20
-        del model, args, module, fn
+        del model, args, target
         gc.collect()
         out["torch_state_alive"] = sum(r() is not None for r in alive)
         out["torch_state_total"] = len(alive)

@@ -144,3 +144,65 @@ def test_converted_model_keeps_no_torch_parameters():
     gc.collect()
     assert refs and sum(r() is not None for r in refs) == 0
     assert "class " in jm.to_source()  # emission still has what it needs (weights from the JAX state)
+
+
+class _Gated(nn.Module):
+    """Four gated blocks of one structure (BlockDrop's shape in small): torch's branch checks
+    run once for all of them, and each block still computes with its own weights."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(5)
+        self.blocks = nn.ModuleList(nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 8)) for _ in range(4))
+        self.gate = nn.Linear(8, 4)
+
+    def forward(self, x):
+        policy = (self.gate(x) > 0).float()
+        for t, block in enumerate(self.blocks):
+            keep = policy[:, t:t + 1]
+            if keep.sum() == 0:
+                continue
+            x = x + block(x) * keep
+        return x
+
+
+def test_structurally_equal_branches_share_torchs_checks():
+    from torch._higher_order_ops.cond import CondOp
+
+    from dycl_jax.capture import branch_checks
+
+    real, computed = CondOp.gen_schema, []
+
+    def counted(self, *args):
+        computed.append(tuple(type(f).__mro__[1].__name__ for f in args[1:3]))
+        return real(self, *args)
+
+    CondOp.gen_schema = counted
+    try:
+        model = _Gated().eval()
+        jm = dycl_jax.to_jax(model, (torch.randn(1, 8),), host="staged")
+    finally:
+        CondOp.gen_schema = real
+    assert CondOp.gen_schema is real and branch_checks.hop_utils._check_alias_and_mutation.__name__ == "_check_alias_and_mutation"
+    # decomposition sees the branches as graphs: the four conds' schema is computed once
+    graphs = [c for c in computed if c == ("GraphModule", "GraphModule")]
+    assert len(graphs) == 1, computed
+    g = torch.Generator().manual_seed(1)
+    decided = _compare(model, jm, [(s * torch.randn(1, 8, generator=g),) for s in (0.3, 1.0, 3.0) for _ in range(4)])
+    assert list(decided.values()) == [{True, False}], decided  # one site, taken both ways
+
+
+def test_a_failing_branch_check_is_not_remembered():
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from dycl_jax.capture.branch_checks import hop_utils, shared_branch_checks
+
+    gm = make_fx(lambda x: x.add_(1))(torch.zeros(3))
+    with shared_branch_checks() as memo:
+        for _ in range(2):  # torch's refusal each time, nothing kept
+            with pytest.raises(RuntimeError, match="cond_true might be"):
+                hop_utils._check_alias_and_mutation(gm, [torch.zeros(3)], "cond_true", False)
+        assert not memo
+        clean = make_fx(lambda x: x + 1)(torch.zeros(3))
+        hop_utils._check_alias_and_mutation(clean, [torch.zeros(3)], "cond_true", False)
+        assert len(memo) == 1

@@ -9,6 +9,8 @@ import torch
 import torch.nn.modules.transformer as _transformer
 from torch.distributions import Distribution
 
+from dycl_jax.capture.branch_checks import shared_branch_checks
+
 
 def _causal_hint(mask: Any, is_causal: bool | None = None, size: int | None = None) -> bool:
     # torch compares the mask with a causal one (a data-dependent bool) only to pick a fast
@@ -51,13 +53,16 @@ def capture_shims() -> Iterator[None]:
     support) are data-dependent Python branches that only raise; where they pass, the values are
     the same without them. So a converted program computes what torch computes on valid
     arguments; on invalid ones torch raises ValueError and the converted program does not check.
+
+    Also torch.cond's schema and alias/mutation checks run once per distinct branch structure
+    (branch_checks.py).
     """
     original = _transformer._detect_is_causal_mask
     validate = Distribution._validate_args
     _transformer._detect_is_causal_mask = _causal_hint
     Distribution._validate_args = False
     try:
-        with _fake_rules():
+        with _fake_rules(), shared_branch_checks():
             yield
     finally:
         _transformer._detect_is_causal_mask = original

@@ -31,7 +31,7 @@ from dycl_jax.errors import AliasedUpdateError, CallError, DyclError, InputMutat
 from dycl_jax.host import jax_ops, values
 from dycl_jax.host.attributes import DynamicAttributes
 from dycl_jax.host.values import leaf_key
-from dycl_jax.lower.fingerprint import graph_fingerprint
+from dycl_jax.capture.fingerprint import graph_fingerprint
 from dycl_jax.lower.int_ranges import int64_verdict, int_scope
 from dycl_jax.lower.interpreter import LoweredGraph
 from dycl_jax.rewrite import lifting
