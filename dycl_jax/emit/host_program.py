@@ -26,25 +26,37 @@ _MODULES = {np: "numpy", math: "math"}
 
 @dataclass
 class HostProgram:
-    """The emitted module's text, its entry function and the regions it calls, by index."""
+    """The emitted functions (one per dispatch-rewritten method), the regions they call by
+    index, and the statement functions that may run as plain Python."""
 
-    text: str
-    entry: str
+    entry: str = ""
+    functions: dict[str, ast.FunctionDef] = field(default_factory=dict)  # emitted name -> host function
+    namespaces: dict[str, dict] = field(default_factory=dict)  # emitted name -> the user's module globals
+    files: dict[str, str] = field(default_factory=dict)  # emitted name -> the user's file
+    methods: dict[str, dict[str, str]] = field(default_factory=dict)  # module path -> method -> emitted name
     regions: list[RegionSpec] = field(default_factory=list)
-    statements: dict[str, ast.FunctionDef] = field(default_factory=dict)  # unit function name -> its code
-    skeleton: ast.FunctionDef | None = None
-    namespace: dict = field(default_factory=dict)  # the user's module globals
-    file: str = ""
+    region_fn: list[str] = field(default_factory=list)  # per region: the emitted function calling it
+    statements: dict[str, ast.FunctionDef] = field(default_factory=dict)  # emitted statement name -> its code
+
+    @staticmethod
+    def statement_name(fn: str, unit: str) -> str:
+        return f"{fn}__{unit[len('_dycl_'):]}"
 
     def module_text(self, used: set[str]) -> str:
-        """The module: imports and constants it reads, the host function, the statement functions in `used`."""
-        assert self.skeleton is not None
-        fns = [self.skeleton, *(self.statements[n] for n in sorted(used))]
-        names = set().union(*map(_free_names, fns)) - {"_dycl_ops"}
+        """The module: imports and constants it reads, the host functions, the statement functions in `used`."""
         lines = ['"""Host program of a converted model (dispatch host), emitted by dycl_jax: '
                  'control flow in Python, regions as exported programs."""']
-        lines += _globals_text(names, self.namespace, self.file, self.skeleton.lineno)
-        body = [ast.unparse(self.skeleton), *(statement_text(self.statements[n]) for n in sorted(used))]
+        seen: dict[str, str] = {}
+        for fname, fn in [*self.functions.items(), *((n.split("__")[0], self.statements[n]) for n in sorted(used))]:
+            names = _free_names(fn) - {"_dycl_ops"} - set(self.functions)
+            for line in _globals_text(names, self.namespaces[fname], self.files[fname], fn.lineno):
+                if seen.setdefault(line.split(" ")[-1] if line.startswith("import") else line.split(" =")[0],
+                                   line) != line:
+                    raise DyclError(f"two converted methods read different module globals named like `{line}`",
+                                    fix="give the globals distinct names")
+        lines += sorted(set(seen.values()))
+        body = [ast.unparse(f) for f in self.functions.values()]
+        body += [statement_text(self.statements[n], n) for n in sorted(used)]
         return "\n".join(lines) + "\n\n\n" + "\n\n\n".join(body) + "\n"
 
 
@@ -68,17 +80,20 @@ class _Skeleton(ast.NodeTransformer):
     """Drops the statement functions (their torch code runs as exported regions) and points
     every operator call at the runtime."""
 
-    def __init__(self, sites: list, file: str, regions: list[RegionSpec], statements: dict) -> None:
-        self.sites, self.file, self.regions, self.statements = sites, file, regions, statements
+    def __init__(self, sites: list, file: str, program: HostProgram | None = None, fname: str = "") -> None:
+        self.sites, self.file, self.program, self.fname = sites, file, program, fname
 
     def _region_id(self, spec: RegionSpec) -> int:
-        if spec not in self.regions:
-            self.regions.append(spec)
-        return self.regions.index(spec)
+        assert self.program is not None
+        if spec not in self.program.regions:
+            self.program.regions.append(spec)
+            self.program.region_fn.append(self.fname)
+        return self.program.regions.index(spec)
 
     def visit_FunctionDef(self, node: ast.FunctionDef) -> Any:
         if node.name.startswith("_dycl_s_"):
-            self.statements[node.name] = node
+            assert self.program is not None
+            self.program.statements[HostProgram.statement_name(self.fname, node.name)] = node
             return None
         if node.name.startswith(("_dycl_island_", "_dycl_tail_")):  # staged islands: exported as regions
             return None
@@ -139,13 +154,14 @@ def _globals_text(names: set[str], namespace: dict, file: str, line: int) -> lis
 _MISSING = object()
 
 
-def plain_statement(spec: RegionSpec, first: int, stop: int, program: HostProgram, namespace: dict,
+def plain_statement(spec: RegionSpec, first: int, stop: int, program: HostProgram, fname: str,
                     arrays: bool) -> str | None:
     """Why statements [first, stop) cannot run as plain Python on numpy values (None: they can).
     With `arrays`, arrays come in: only Python values may be read out of them (`.item()`,
     `.tolist()`); a torch function or any other tensor method would need torch."""
+    namespace = program.namespaces[fname]
     for st in spec.statements[first:stop]:
-        fn = program.statements[st.fn]
+        fn = program.statements[HostProgram.statement_name(fname, st.fn)]
         for node in ast.walk(fn):
             if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "_dycl_ops" \
                     and node.attr not in _NAMES:
@@ -162,23 +178,37 @@ def plain_statement(spec: RegionSpec, first: int, stop: int, program: HostProgra
     return None
 
 
-def statement_text(fn: ast.FunctionDef) -> str:
+def statement_text(fn: ast.FunctionDef, emitted: str) -> str:
     """A statement function at module level (its `_dycl_ops.Undefined` is the runtime's)."""
-    return ast.unparse(_Skeleton([], "", [], {}).generic_visit(copy.deepcopy(fn)))
+    fn = _Skeleton([], "").generic_visit(copy.deepcopy(fn))
+    fn.name = emitted
+    return ast.unparse(fn)
 
 
-def host_program(fn: types.FunctionType, method: str) -> HostProgram:
-    """The dispatch-rewritten `fn` (the converted method) as a torch-free module text."""
-    filename = fn.__code__.co_filename
-    tree = ast.parse("".join(linecache.getlines(filename)))
-    skeleton = _method(tree, fn.__code__.co_name)
-    program = HostProgram("", skeleton.name)
-    sites = _cell(fn, "_dycl_sites")
-    visitor = _Skeleton(sites, filename, program.regions, program.statements)
-    skeleton = visitor.generic_visit(skeleton)
-    skeleton.args.posonlyargs.insert(0, ast.arg("rt"))
-    skeleton.decorator_list = []
-    ast.fix_missing_locations(skeleton)
-    program.skeleton, program.namespace = skeleton, fn.__globals__
-    program.file = sites[0].file if sites else filename
+def host_program(dispatch: list, modules: dict[int, str], root: Any, method: str) -> HostProgram:
+    """The dispatch-rewritten methods (`plan.dispatch`: (target, function) pairs; `modules`:
+    module id -> path) as a torch-free program whose entry is `root.<method>`."""
+    program = HostProgram()
+    done: dict[Any, str] = {}
+    for target, fn in dispatch:
+        if id(target.owner) not in modules:
+            raise DyclError(f"{fn.__qualname__} is rewritten for the dispatch host but is not a method of a module "
+                            "of the model, which an exported host program cannot call",
+                            fix="make it a method of a submodule, or convert with host=\"staged\"")
+        fname = done.get(fn.__code__)
+        if fname is None:
+            fname = done[fn.__code__] = f"{type(target.owner).__name__}_{fn.__code__.co_name}_{len(done)}"
+            filename = fn.__code__.co_filename
+            skeleton = _method(ast.parse("".join(linecache.getlines(filename))), fn.__code__.co_name)
+            sites = _cell(fn, "_dycl_sites")
+            skeleton = _Skeleton(sites, filename, program, fname).generic_visit(skeleton)
+            skeleton.name = fname
+            skeleton.args.posonlyargs.insert(0, ast.arg("rt"))
+            skeleton.decorator_list = []
+            program.functions[fname] = ast.fix_missing_locations(skeleton)
+            program.namespaces[fname] = fn.__globals__
+            program.files[fname] = sites[0].file if sites else filename
+        program.methods.setdefault(modules[id(target.owner)], {})[target.attr] = fname
+        if target.owner is root and target.attr == method:
+            program.entry = fname
     return program

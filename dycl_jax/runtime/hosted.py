@@ -49,11 +49,19 @@ class ModuleRef:
     """A torch module of the converted model as the host program sees it: its path, its plain
     Python attributes and submodules, and (ModuleList/Sequential) its items."""
 
-    def __init__(self, path: str, table: dict, refs: dict) -> None:
-        self._path, self._table, self._refs = path, table, refs
+    def __init__(self, path: str, table: dict, refs: dict, rt: "HostRuntime") -> None:
+        self._path, self._table, self._refs, self._rt = path, table, refs, rt
 
     def _child(self, path: str) -> "ModuleRef":
-        return self._refs.setdefault(path, ModuleRef(path, self._table, self._refs))
+        return self._refs.setdefault(path, ModuleRef(path, self._table, self._refs, self._rt))
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """A submodule that is a dispatch host of its own, called from the host program."""
+        fname = self._rt.manifest["methods"].get(self._path, {}).get("forward")
+        if fname is None:
+            raise CallError(f"the host program calls module {self._path or '(root)'}, which the artifact holds no "
+                            "host program for", fix="export the model again with this version of dycl_jax")
+        return self._rt.namespace[fname](self._rt, self, *args, **kwargs)
 
     def __getattr__(self, name: str) -> Any:
         entry = self._table[self._path]
@@ -111,7 +119,7 @@ class HostRuntime:
         self.manifest, self.state, self.namespace, self.capacity = manifest, state, namespace, capacity
         self.constants = load_file(os.path.join(path, CONSTANTS))
         self.refs: dict[str, ModuleRef] = {}
-        self.root = ModuleRef("", manifest["modules"], self.refs)
+        self.root = ModuleRef("", manifest["modules"], self.refs, self)
         self.refs[""] = self.root
         self.regions = manifest["regions"]
         self.programs: dict[str, Any] = {}
@@ -119,6 +127,8 @@ class HostRuntime:
         self.path = path
         self.decisions: list[Decision] | None = None
         self.margins: dict[int, tuple[Any, float]] = {}
+        self.numpy_fns = [[{self._entry_key(e["tree"], e["key"]): e["fn"] for e in p.get("numpy", ())}
+                           for p in r.get("parts", ())] for r in self.regions]
         self.lookup = [[{self._entry_key(e["tree"], e["key"]): e for e in p["entries"]} for p in r.get("parts", ())]
                        for r in self.regions]
 
@@ -177,6 +187,10 @@ class HostRuntime:
         entry = self.lookup[rid][k].get(self._entry_key(str(tree), [_leaf_key(v) for v in leaves]))
         if entry is not None:
             return self._run(entry, leaves)[0]  # a region program gives (outputs, module attributes)
+        fn = self.numpy_fns[rid][k].get(self._entry_key(str(tree), [_leaf_key(v) for v in leaves]))
+        if fn is not None:  # a host statement with data-dependent shapes, as numpy code for this signature
+            arrays = [v for v in leaves if isinstance(v, (jax.Array, np.ndarray))]
+            return tuple(jax.numpy.asarray(o) for o in self.namespace[fn](*arrays))
         if "python" in part and (part["entries"] == [] or not any(isinstance(v, (jax.Array, np.ndarray))
                                                                     for v in leaves)):
             env = dict(zip(part["ins"], vals))

@@ -3,6 +3,8 @@ every compiled region signature the host has run as serialized StableHLO (plain 
 decision-traced), plain-Python statements as code, and a manifest `runtime/hosted.py` loads."""
 from __future__ import annotations
 
+import ast
+import copy
 import json
 import math
 import os
@@ -15,6 +17,7 @@ import torch
 from safetensors.flax import save_file
 
 from dycl_jax import __version__
+from dycl_jax.emit.host_ops import numpy_statement
 from dycl_jax.emit.host_program import HostProgram, host_program, plain_statement
 from dycl_jax.errors import DyclError, Location
 from dycl_jax.host.dispatch import DIRECT, EAGER, Compiled, DispatchHost, Part
@@ -43,6 +46,8 @@ class _Writer:
         self.constants: dict[str, Any] = {}
         self.const_ids: dict[int, str] = {}
         self.statements: set[str] = set()
+        self.numpy_code: list[str] = []
+        self.by_id = {id(m): m for _, m in host.root.named_modules()}
 
     # ------------------------------------------------------------ values
 
@@ -105,11 +110,12 @@ class _Writer:
                                "failed": spec.kind == "island" and part.host_reason is not None, "entries": []}
         kinds = set(type(e) if isinstance(e, Compiled) else e for e in part.cache.values())
         on_host = EAGER in kinds or (spec.kind == "region" and part.host_reason is not None)
-        if on_host or DIRECT in kinds:
+        fname = self.program.region_fn[rid]
+        if on_host and part.in_torch is None and not set(part.jax_ops) <= _ITEM_OPS:
+            out["numpy"] = self.numpy_part(spec, rid, k, part, fname, where)
+        elif on_host or DIRECT in kinds:
             why = part.in_torch if on_host and part.in_torch else None
-            if why is None and on_host and not set(part.jax_ops) <= _ITEM_OPS:
-                why = f"it computes {', '.join(part.jax_ops)} on the host (data-dependent shapes)"
-            why = why or plain_statement(spec, part.first, part.stop, self.program, self._globals(), on_host)
+            why = why or plain_statement(spec, part.first, part.stop, self.program, fname, on_host)
             if why is not None:
                 raise DyclError(
                     f"{os.path.basename(spec.file)}:{first.line}: `{first.code.strip()}` runs on the dispatch host "
@@ -117,16 +123,69 @@ class _Writer:
                     location=where,
                     fix="write the statement with tensor operations torch.export captures, or keep this model in "
                         "Python with torch (jm(...)); staged models export with host=\"staged\"")
-            sts = spec.statements[part.first:part.stop]
-            self.statements.update(s.fn for s in sts)
-            out["python"] = [[s.fn, list(s.ins), list(s.outs)] for s in sts]
+            sts = [(self.program.statement_name(fname, s.fn), s) for s in spec.statements[part.first:part.stop]]
+            self.statements.update(n for n, _ in sts)
+            out["python"] = [[n, list(s.ins), list(s.outs)] for n, s in sts]
         for (tree, leaves, grad), entry in part.cache.items():
             if isinstance(entry, Compiled) and grad:
                 out["entries"].append(self.entry(rid, k, len(out["entries"]), tree, leaves, entry, where))
         return out
 
-    def _globals(self) -> dict:
-        return self.program_fn.__globals__
+    def numpy_part(self, spec: Any, rid: int, k: int, part: Part, fname: str, where: Location) -> list[dict]:
+        """A host statement computing data-dependent shapes: numpy code per signature (emit/host_ops.py)."""
+        from dycl_jax.rewrite import operators
+        namespace = {**self.program.namespaces[fname], "_dycl_ops": operators}
+        units = []
+        for st in spec.statements[part.first:part.stop]:
+            emitted = self.program.statement_name(fname, st.fn)
+            exec(compile(ast.Module([copy.deepcopy(self.program.statements[emitted])], []), spec.file, "exec"),
+                 namespace)
+            units.append((namespace[st.fn], st))
+        out = []
+        for n, (tree, leaves, grad) in enumerate(part.cache):
+            values = [self.example(key) for key in leaves]
+            index = [i for i, v in enumerate(values) if isinstance(v, torch.Tensor)]
+
+            def run(*tensors: torch.Tensor, values: list = values, index: list = index, tree: Any = tree) -> tuple:
+                filled = list(values)
+                for i, t in zip(index, tensors):
+                    filled[i] = t
+                vals, _ = jax.tree_util.tree_unflatten(tree, filled)
+                env = dict(zip(part.ins, vals))
+                for fn, st in units:
+                    env.update(zip(st.outs, fn(*[env[x] for x in st.ins])))
+                outs = tuple(env[x] for x in part.outs)
+                if not all(isinstance(o, torch.Tensor) for o in outs):
+                    raise TypeError("a Python value out of a tensor statement")
+                return outs
+
+            name = f"{fname}__r{rid}p{k}k{n}"
+            text, why = numpy_statement(run, [values[i] for i in index], name)
+            if text is None:
+                first = spec.statements[part.first]
+                raise DyclError(
+                    f"{os.path.basename(spec.file)}:{first.line}: `{first.code.strip()}` runs on the dispatch host "
+                    f"({part.host_reason}), and an exported host cannot run it without torch: {why}",
+                    location=where, fix="write the statement with tensor operations torch.export captures, or keep "
+                                        "this model in Python with torch (jm(...))")
+            self.numpy_code.append(text)
+            out.append({"tree": str(tree), "key": [self.leaf_key(key, where) for key in leaves], "fn": name})
+        return out
+
+    def example(self, key: Any) -> Any:
+        """A placeholder value of a signature leaf: zeros for an array (as torch holds it), else the value."""
+        if isinstance(key, tuple) and len(key) == 2 and isinstance(key[0], tuple):
+            dtype = np.dtype(key[1])
+            return torch.zeros(key[0], dtype=torch.int64 if dtype == np.int32 else torch.from_numpy(
+                np.zeros((), dtype)).dtype)
+        kind, value = key
+        if kind == "id":
+            return self.by_id[value]
+        if kind is Undefined:
+            return Undefined(value)
+        if kind is float:
+            return float.fromhex(value)
+        return value
 
     def entry(self, rid: int, k: int, n: int, tree: Any, leaves: tuple, entry: Compiled, where: Location) -> dict:
         keys = [self.leaf_key(key, where) for key in leaves]
@@ -204,22 +263,24 @@ def write_hosted(jm: "JaxModel", path: str, trace_capacity: int) -> dict:
         raise DyclError("the host program's statements write module attributes (state kept on `self` between "
                         "statements), which an exported host does not hold", location=jm.dispatch_location,
                         fix="keep the values in local variables, or convert with host=\"staged\"")
-    top = next(fn for t, fn in host.plan.dispatch if t.owner is host.root and t.attr == host.method)
     sig = jm.signature
     if sig.in_spec != torch.utils._pytree.tree_structure(tuple(range(len(sig.arg_leaves)))) \
             or len(sig.tensor_leaf_index) != len(sig.arg_leaves):
         raise DyclError("an exported dispatch host takes tensor arguments only, positionally",
                         location=jm.dispatch_location, fix="wrap the model so that its method takes only tensors")
-    program = host_program(top, host.method)
+    program = host_program(host.plan.dispatch, {id(m): p for p, m in host.root.named_modules()}, host.root,
+                           host.method)
     writer = _Writer(jm, host, program, trace_capacity)
-    writer.program_fn = top
     regions = [writer.region(rid) for rid in range(len(program.regions))]
-    text = program.module_text(writer.statements)
+    text = program.module_text(writer.statements) + "".join(f"\n\n{c}\n" for c in writer.numpy_code)
+    if writer.numpy_code and "import numpy as np" not in text:
+        text = text.replace("\n\n\n", "\nimport numpy as np\n\n\n", 1)
     inputs = [{"name": s.name, "shape": [f"{s.name}_{d}" for d in range(len(s.shape))],
                "dtype": np.dtype(to_jax_dtype(s.dtype)).name, "torch_dtype": str(s.dtype).replace("torch.", ""),
                "also_accepted": {torch.int64: "int64", torch.float64: "float64"}.get(s.dtype)} for s in sig.inputs]
     manifest = {
-        "format": HOSTED_FORMAT, "host": "dispatch", "entry": program.entry, "inputs": inputs,
+        "format": HOSTED_FORMAT, "host": "dispatch", "entry": program.entry, "methods": program.methods,
+        "inputs": inputs,
         "args": {"tuple": [{"leaf": {"input": k}} for k in range(len(inputs))]},
         "regions": regions, "modules": _module_attributes(host.root), "state": jm.state_paths,
         "shapes": "per signature: each region program serves the input shapes the host ran before export",
