@@ -187,6 +187,9 @@ class HostRuntime:
         entry = self.lookup[rid][k].get(self._entry_key(str(tree), [_leaf_key(v) for v in leaves]))
         if entry is not None:
             return self._run(entry, leaves)[0]  # a region program gives (outputs, module attributes)
+        entry = next((e for e in part["entries"] if "ranges" in e and _fits(e, str(tree), leaves)), None)
+        if entry is not None:  # a program with symbolic sizes
+            return self._run(entry, leaves)[0]
         fn = self.numpy_fns[rid][k].get(self._entry_key(str(tree), [_leaf_key(v) for v in leaves]))
         if fn is not None:  # a host statement with data-dependent shapes, as numpy code for this signature
             arrays = [v for v in leaves if isinstance(v, (jax.Array, np.ndarray))]
@@ -226,6 +229,29 @@ class HostRuntime:
         if e["passed"] is not None:
             flat = [leaves[p] if p is not None else v for p, v in zip(e["passed"], flat)]
         return _build(e["out_tree"], flat)
+
+
+def _fits(e: dict, tree: str, leaves: list) -> bool:
+    """Whether a symbolic entry takes these leaves: the same tree and values, sizes within range."""
+    if e["tree"] != tree or len(e["key"]) != len(leaves):
+        return False
+    bound: dict[str, int] = {}
+    for want, v in zip(e["key"], leaves):
+        got = _leaf_key(v)
+        if want[0] != "a" or got[0] != "a":
+            if want != got:
+                return False
+            continue
+        if want[2] != got[2] or len(want[1]) != len(got[1]):
+            return False
+        for w, size in zip(want[1], got[1]):
+            if isinstance(w, str):
+                lo, hi = e["ranges"].get(w, [0, None])
+                if bound.setdefault(w, size) != size or size < lo or (hi is not None and size > hi):
+                    return False
+            elif w != size:
+                return False
+    return True
 
 
 def _constant(c: list, rt: HostRuntime) -> Any:

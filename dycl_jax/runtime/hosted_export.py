@@ -26,6 +26,7 @@ from dycl_jax.lower.dtypes import to_jax_dtype
 from dycl_jax.lower.int_ranges import int_scope
 from dycl_jax.lower.ops.control_flow import recording
 from dycl_jax.rewrite.plan import Undefined
+from dycl_jax.runtime import hosted_symbolic as symbolic
 from dycl_jax.runtime.artifact import _export
 from dycl_jax.runtime.loaded import MANIFEST, PARAMS, save_params
 
@@ -126,21 +127,65 @@ class _Writer:
             sts = [(self.program.statement_name(fname, s.fn), s) for s in spec.statements[part.first:part.stop]]
             self.statements.update(n for n, _ in sts)
             out["python"] = [[n, list(s.ins), list(s.outs)] for n, s in sts]
+        served: set[int] = set()  # signatures a symbolic program takes
+        out["symbolic"] = []
+        for group in symbolic.groups(part):
+            result = self.symbolic(spec, rid, k, part, fname, group, len(out["entries"]), where)
+            if isinstance(result, str):
+                out["symbolic"].append(f"{len(group)} signatures kept apart: {result}")
+                continue
+            entry, shapes, ranges = result
+            out["entries"].append(entry)
+            index = group[0][2].tensor_leaves
+            served |= {id(e) for _, l, e in group if symbolic.fits(shapes, l, index, ranges)}
+            out["symbolic"].append(f"{len(group)} signatures as one program, symbols {ranges}")
         for (tree, leaves, grad), entry in part.cache.items():
-            if isinstance(entry, Compiled) and grad:
+            if isinstance(entry, Compiled) and grad and id(entry) not in served:
                 out["entries"].append(self.entry(rid, k, len(out["entries"]), tree, leaves, entry, where))
         return out
 
-    def numpy_part(self, spec: Any, rid: int, k: int, part: Part, fname: str, where: Location) -> list[dict]:
-        """A host statement computing data-dependent shapes: numpy code per signature (emit/host_ops.py)."""
+    def symbolic(self, spec: Any, rid: int, k: int, part: Part, fname: str, group: list, n: int,
+                 where: Location) -> tuple[dict, list, dict] | str:
+        """One entry with symbolic sizes for `group` (hosted_symbolic.py), or why not."""
+        fns = self.units(spec, fname)
+        result = symbolic.symbolic_program(self.host, spec, part, fns, group, self.example, self.state)
+        if isinstance(result, str):
+            return result
+        plain, (traced_fn, state_avals, sym_avals), ranges, shapes, sources = result
+        tree, leaves, entry = group[0]
+        keys = [self.leaf_key(key, where) for key in leaves]
+        for shape, i in zip(shapes, entry.tensor_leaves):
+            keys[i] = ["a", shape, keys[i][2]]
+        name = f"r{rid}p{k}e{n}"
+        self.files[f"{name}.stablehlo"] = plain.serialize()
+        sites: list = []
+        if traced_fn is not None:
+            with int_scope(entry.x64):
+                traced, sites = self._traced(traced_fn, state_avals, sym_avals)
+            self.files[f"{name}.trace.stablehlo"] = traced.serialize()
+        return ({"name": name, "tree": str(tree), "key": keys, "ranges": ranges,
+                 "sources": [["s", v] if s else ["c", self.array_constant(v)] for s, v in sources],
+                 "tensors": entry.tensor_leaves, "out_tree": _tree_json(entry.out_tree, len(entry.slots)),
+                 "slots": entry.slots, "constants": [None if s is not None else self.constant(c, where)
+                                                     for s, c in zip(entry.slots, entry.constants)],
+                 "passed": entry.passed, "x64": entry.x64, "traced": traced_fn is not None,
+                 "trace_sites": [list(s) for s in sites]}, shapes, ranges)
+
+    def units(self, spec: Any, fname: str) -> list:
+        """The region's statement functions, compiled from the rewrite's code (torch code)."""
         from dycl_jax.rewrite import operators
         namespace = {**self.program.namespaces[fname], "_dycl_ops": operators}
-        units = []
-        for st in spec.statements[part.first:part.stop]:
+        fns = []
+        for st in spec.statements:
             emitted = self.program.statement_name(fname, st.fn)
             exec(compile(ast.Module([copy.deepcopy(self.program.statements[emitted])], []), spec.file, "exec"),
                  namespace)
-            units.append((namespace[st.fn], st))
+            fns.append(namespace[st.fn])
+        return fns
+
+    def numpy_part(self, spec: Any, rid: int, k: int, part: Part, fname: str, where: Location) -> list[dict]:
+        """A host statement computing data-dependent shapes: numpy code per signature (emit/host_ops.py)."""
+        units = list(zip(self.units(spec, fname)[part.first:part.stop], spec.statements[part.first:part.stop]))
         out = []
         for n, (tree, leaves, grad) in enumerate(part.cache):
             values = [self.example(key) for key in leaves]
@@ -283,7 +328,9 @@ def write_hosted(jm: "JaxModel", path: str, trace_capacity: int) -> dict:
         "inputs": inputs,
         "args": {"tuple": [{"leaf": {"input": k}} for k in range(len(inputs))]},
         "regions": regions, "modules": _module_attributes(host.root), "state": jm.state_paths,
-        "shapes": "per signature: each region program serves the input shapes the host ran before export",
+        "shapes": "a region's signatures that differ only in array sizes share one program with symbolic sizes "
+                  "where torch.export and jax.export take them (each part's `symbolic` says); the others are "
+                  "exported per signature the host ran before export",
         "source": jm.source, "trace": {"capacity": trace_capacity},
         "versions": {"jax": jax.__version__, "torch": torch.__version__, "dycl_jax": __version__},
     }
