@@ -1,6 +1,7 @@
 """Exported artifacts (`jm.export` / `dycl_jax.load`) run where torch cannot be imported, give the
 ORIGINAL torch model's outputs and `jm.trace`'s decisions on every path, at any batch size where
-the signature allows it; a dispatch-host model is refused with a located error."""
+the signature allows it; dispatch-host models round-trip too (host program + region programs), and
+what an exported host cannot run without torch is refused at export with a located error."""
 from __future__ import annotations
 
 import collections
@@ -82,6 +83,13 @@ def artifacts(tmp_path_factory):
     x = torch.full((1, 2), 0.1)
     cases["decode"] = (decode, dycl_jax.to_jax(decode, (x, torch.tensor(3.0)), host="staged", max_len=3),
                        [(x, torch.tensor(float(limit))) for limit in (0.0, 1.5, 2.5, 8.0)])
+    for name in DISPATCH_CASES:  # the early exit with a numpy fallback; branches of different shapes
+        mod = load(name)
+        model, args = mod.example()
+        jm = dycl_jax.to_jax(model, args)
+        cases[name] = (model, jm, _one_per_path(mod, model, 20))
+        for a in cases[name][2]:  # the host compiles each region signature these inputs reach
+            jm(*a)
     jobs, manifests = {}, {}
     for name, (model, jm, inputs) in cases.items():
         manifests[name] = jm.export(str(root / name))
@@ -137,6 +145,27 @@ def test_round_trip_matches_torch_and_jm_on_every_path(artifacts, name) -> None:
     assert man["source"]["class"].endswith(type(model).__name__) and man["versions"]["torch"] == torch.__version__
 
 
+DISPATCH_CASES = ("numpy_fallback", "shape_branch")
+
+
+@pytest.mark.parametrize("name", DISPATCH_CASES)
+def test_dispatch_round_trip_matches_torch_and_jm_trace(artifacts, name) -> None:
+    cases, manifests, results, root = artifacts
+    model, jm, inputs = cases[name]
+    assert jm.host == "dispatch" and manifests[name]["format"] == "dycl_jax.hosted/1"
+    for k, (args, run) in enumerate(zip(inputs, results[name])):
+        assert run[0] == "ok", run
+        _, plain, traced, decisions = run
+        with torch.no_grad():
+            want = model(*args)
+        assert_same(want, plain, f"{name} input {k} (loaded dispatch host vs torch)")
+        assert_same(want, traced, f"{name} input {k} (loaded trace vs torch)")
+        _same_decisions(jm.trace(*args)[1], decisions, f"{name} input {k}")
+    assert any(run[3] for run in results[name]), "no decision was reported"
+    host = (root / name / "host.py").read_text()
+    assert "torch" not in host.replace("torch-free", "") and "rt.decide(" in host
+
+
 def jax_leaves(tree) -> list:
     return list(tree) if isinstance(tree, (list, tuple)) else [tree]
 
@@ -175,21 +204,22 @@ def test_decode_artifact_trims_and_raises_beyond_max_len(artifacts) -> None:
     assert len(lengths) >= 2 and any(r[0] == "error" for r in results["decode"]), lengths
 
 
-class ShapeByBranch(nn.Module):
+class PositiveRows(nn.Module):
     def forward(self, x):
-        if x.sum() > 0:
-            return x[:1]
-        return x
+        rows = (x.sum(1) > 0).nonzero()
+        if rows.numel() == 0:
+            return x.sum()
+        return x[rows[:, 0]].sum()
 
 
-def test_dispatch_model_export_is_refused_with_its_location(tmp_path) -> None:
-    jm = dycl_jax.to_jax(ShapeByBranch(), torch.randn(3, 2))
+def test_dispatch_host_statement_without_torch_free_form_is_refused_at_export(tmp_path) -> None:
+    jm = dycl_jax.to_jax(PositiveRows(), torch.randn(3, 2))
     assert jm.host == "dispatch"
     with pytest.raises(DyclError) as info:
         jm.export(str(tmp_path / "a"))
     err = info.value
     assert err.location is not None and err.location.file.endswith("test_artifact.py")
-    assert "dispatch host" in str(err) and "max_len" in err.fix
+    assert "rows = (x.sum(1) > 0).nonzero()" in str(err) and "nonzero" in str(err)
     assert not os.path.exists(tmp_path / "a" / "manifest.json")
 
 

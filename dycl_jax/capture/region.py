@@ -107,8 +107,9 @@ def lost_update(names: Any, inputs: list[torch.Tensor], versions: list[int], out
 
 
 def capture_call(root: torch.nn.Module, fn: Callable, args: tuple, context: Callable[[], ContextManager],
-                 callers: frozenset = frozenset()) -> CapturedRegion:
-    """Export `fn(*args)` (static shapes; tensors in `args` are example inputs) and decompose it.
+                 callers: frozenset = frozenset(), dynamic: list[dict] | None = None) -> CapturedRegion:
+    """Export `fn(*args)` (static shapes, or per tensor input the `dynamic` dims as `Dim.AUTO`;
+    tensors in `args` are example inputs) and decompose it.
 
     `context` is entered around export (the host's rewrite patches and staging mode). Errors
     propagate as raised: the host decides which of them move the region to the host.
@@ -122,7 +123,9 @@ def capture_call(root: torch.nn.Module, fn: Callable, args: tuple, context: Call
         warnings.simplefilter("ignore")
         stack.enter_context(context())
         stack.enter_context(_eval_mode(root))  # warnings are off here: to_jax warned once already
-        ep = torch.export.export(wrapper, tensors)
+        # one entry, for the wrapper's `*tensors`: per tensor its dynamic dims
+        shapes = None if dynamic is None else (tuple({d: torch.export.Dim.AUTO for d in dims} for dims in dynamic),)
+        ep = torch.export.export(wrapper, tensors, dynamic_shapes=shapes)
         ep = to_core_aten(ep)
     return CapturedRegion(ep, _state_entries(ep), sink["tree"], sink["slots"], sink["constants"],
                           time.perf_counter() - start, sink["mutated"], sink["passed"])

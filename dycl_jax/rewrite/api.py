@@ -85,9 +85,10 @@ class UnrollOption:
 
 
 def _rewrite(fn: types.FunctionType, helper_cells: dict[str, types.CellType], upto: str | None = None,
-             dispatch: bool = False, unroll: UnrollOption | None = None) -> _Rewritten:
+             dispatch: bool = False, unroll: UnrollOption | None = None, hosted: frozenset = frozenset()
+             ) -> _Rewritten:
     key = (fn.__code__, id(fn.__globals__), tuple(sorted((k, id(v)) for k, v in helper_cells.items())), upto,
-           dispatch, unroll)
+           dispatch, unroll, hosted)
     if key in _CACHE:
         return _CACHE[key]
     src = read_function(fn)
@@ -100,7 +101,7 @@ def _rewrite(fn: types.FunctionType, helper_cells: dict[str, types.CellType], up
             fix=f"pass `{hazard.variable}` to `{hazard.function}` as an argument",
         )
     original = copy.deepcopy(src.tree)
-    ctx = Context(src, helpers=helper_cells, unroll=unroll)
+    ctx = Context(src, helpers=helper_cells, unroll=unroll, hosted=hosted)
     tree = pipeline.run(ctx, upto, dispatch=dispatch)
     new_fn, filename, _ = codegen.build(ctx, tree)
     record = FunctionRecord(fn.__qualname__, src.file, src.line, filename, warnings=list(ctx.warnings),
@@ -292,13 +293,16 @@ def dispatch_plan(model: torch.nn.Module, method: str = "forward") -> DispatchPl
     targets, _ = disc.discover(model, method)
     record = RewriteRecord(type(model).__name__, method)
     dispatch: list[tuple[disc.Target, types.FunctionType]] = []
-    for target in targets:
+    chosen = [t for t in targets if t.owner is model and t.attr == method  # always a host program
+              or disc.has_branching(t.fn.__code__) and not inspect.isgeneratorfunction(t.fn)]
+    hosts = {id(t.owner) for t in chosen if t.attr == "forward" and isinstance(t.owner, torch.nn.Module)}
+    for target in chosen:
         fn = target.fn
-        top = target.owner is model and target.attr == method  # always a host program, branches or not
-        if not top and (not disc.has_branching(fn.__code__) or inspect.isgeneratorfunction(fn)):
-            continue
+        owner = target.owner
+        hosted = frozenset(k for k, m in owner._modules.items() if id(m) in hosts) \
+            if isinstance(owner, torch.nn.Module) else frozenset()
         refs = _referenced(fn, cells)
-        done = _rewrite(fn, {name: cells[h] for name, h in refs.items()}, dispatch=True)
+        done = _rewrite(fn, {name: cells[h] for name, h in refs.items()}, dispatch=True, hosted=hosted)
         dispatch.append((target, done.fn))
         record.functions.append(done.record)
     staged = [(t.owner, t.attr, _bind(t, staged_done[t.fn].fn)) for t in staged_targets]

@@ -30,6 +30,9 @@ class Context:
     # set for the converted method only, never for the helpers it calls
     unroll: Any = None
     unrolled: list[str] = field(default_factory=list)  # "while@model.py:12 (at most 8 iterations)"
+    # dispatch rewrite: attributes of `self` whose module runs as a dispatch host of its own; a
+    # statement calling one is an island whose host version calls it from the host program
+    hosted: frozenset = frozenset()
 
     def fresh(self, stem: str) -> str:
         self.counter += 1

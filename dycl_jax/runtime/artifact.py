@@ -29,10 +29,11 @@ PLATFORMS = ("cpu", "cuda")
 
 def write_artifact(jm: "JaxModel", path: str, trace_capacity: int = 4096) -> dict:
     """Write `jm` as a deployable directory at `path`; returns the manifest."""
-    if jm.host != "staged":
-        raise _dispatch_refusal(jm)
     if type(trace_capacity) is not int or trace_capacity < 1:
         raise DyclError(f"trace_capacity must be a positive int, got {trace_capacity!r}")
+    if jm.host != "staged":  # the host program and its regions (runtime/hosted_export.py)
+        from dycl_jax.runtime.hosted_export import write_hosted
+        return write_hosted(jm, path, trace_capacity)
     with int_scope(jm.x64):
         state = [jax.ShapeDtypeStruct(np.shape(v), v.dtype) for v in jm._state_values()]
         program, batch = _export_batched(jm, jm._fn, state)
@@ -170,15 +171,3 @@ def _args_json(spec: pytree.TreeSpec, leaves: list, tensor_index: list[int]) -> 
         return {**node, key: [fill(c) for c in kids]}
 
     return fill(_tree_json(spec))
-
-
-def _dispatch_refusal(jm: "JaxModel") -> DyclError:
-    where = getattr(jm, "dispatch_location", None)
-    why = jm.report().dispatch_reason if jm._report_builder is not None else 'host="dispatch" was requested'
-    return DyclError(
-        "jm.export writes one staged XLA program; this model runs on the dispatch host "
-        f"({why}), whose control flow runs in Python between "
-        "separately compiled regions (and whose host statements run in torch), which an artifact does not hold",
-        location=where,
-        fix='convert with host="staged" (with max_len=N where a decode loop grows its outputs, to stage it '
-            "with padded outputs) and export that model")

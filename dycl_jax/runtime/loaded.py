@@ -33,6 +33,9 @@ def load(path: str) -> "LoadedModel":
             manifest = json.load(f)
     except FileNotFoundError:
         raise DyclError(f"{path} holds no {MANIFEST}", fix="pass a directory written by jm.export(path)") from None
+    if manifest.get("format") == "dycl_jax.hosted/1":  # a dispatch-host model (runtime/hosted.py)
+        from dycl_jax.runtime.hosted import HostedModel
+        return HostedModel(path, manifest)  # type: ignore[return-value]
     if manifest.get("format") != FORMAT:
         raise DyclError(f"{path} is an artifact of format {manifest.get('format')!r}; this dycl_jax reads {FORMAT}",
                         fix="export the model again with this version of dycl_jax")

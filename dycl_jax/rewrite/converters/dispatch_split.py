@@ -132,7 +132,13 @@ class _Splitter:
                 run.clear()
 
         for s in stmts:
-            if islands and _stageable(s):
+            if getattr(s, "_dycl_host_call", False):  # `_c = self.sub(a)`: the sub-host runs from here
+                flush()
+                out.append(s)
+            elif islands and _simple(s) and self._hosted_calls(s):
+                flush()
+                out.extend(self._island([s], (), self._hoisted(s)))
+            elif islands and _stageable(s):
                 run.append(s)
             elif _simple(s):
                 run.append(s)
@@ -177,9 +183,61 @@ class _Splitter:
             counters |= {n for n in written - self.params if self.first_write.get(n, 0) >= start}
         return sorted(((acc.reads | acc.mutates | written) & self.locals) - counters)
 
-    def _island(self, run: list[ast.stmt], forced: tuple[str, ...]) -> list[ast.stmt]:
+    def _hosted_calls(self, s: ast.stmt) -> list[ast.Call]:
+        """Calls `self.sub(...)` of a submodule that is a dispatch host of its own, outside
+        anything that evaluates conditionally (where moving the call out would change what runs)."""
+        found: list[ast.Call] = []
+
+        def walk(node: ast.AST) -> None:
+            if isinstance(node, (ast.Lambda, ast.IfExp, ast.BoolOp, ast.ListComp, ast.SetComp, ast.DictComp,
+                                 ast.GeneratorExp)):
+                return
+            for child in ast.iter_child_nodes(node):
+                walk(child)
+            f = getattr(node, "func", None)
+            if isinstance(node, ast.Call) and isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) \
+                    and f.value.id == "self" and f.attr in self.ctx.hosted \
+                    and not any(isinstance(a, ast.Starred) for a in node.args) \
+                    and all(k.arg is not None for k in node.keywords):
+                found.append(node)
+
+        walk(s)
+        return found
+
+    def _hoisted(self, s: ast.stmt) -> list[ast.stmt]:
+        """`y = f(self.sub(g(x)))` as `_a = g(x)`, `_c = self.sub(_a)` (host program), `y = f(_c)`:
+        the statements that run when `y = ...` does not stage (the sub-host's data-dependent code)."""
+        s = copy.deepcopy(s)
+        calls = {id(c) for c in self._hosted_calls(s)}
+        pre: list[ast.stmt] = []
+        splitter = self
+
+        def temp(stem: str, value: ast.expr) -> ast.Name:
+            tmp = splitter.ctx.fresh(stem)
+            splitter.locals.add(tmp)
+            pre.append(locate(set_name(tmp, value), s))
+            return name(tmp)
+
+        class Hoist(ast.NodeTransformer):
+            def visit_Call(self, node: ast.Call) -> ast.expr:
+                self.generic_visit(node)  # inner calls first: arguments are evaluated before the call
+                if id(node) not in calls:
+                    return node
+                args = [a if isinstance(a, (ast.Name, ast.Constant)) else temp("a", a) for a in node.args]
+                kws = [ast.keyword(k.arg, k.value if isinstance(k.value, (ast.Name, ast.Constant))
+                                   else temp("a", k.value)) for k in node.keywords]
+                result = temp("c", ast.Call(func=node.func, args=args, keywords=kws))
+                pre[-1]._dycl_host_call = True  # type: ignore[attr-defined]
+                return result
+
+        rest = Hoist().visit(s)
+        return [*pre, rest]
+
+    def _island(self, run: list[ast.stmt], forced: tuple[str, ...],
+                host_version: list[ast.stmt] | None = None) -> list[ast.stmt]:
         """Try `run` as one staged program (its staged rewrite, compiled per signature); when it
-        does not stage, its host version (control flow in Python, regions between) runs instead."""
+        does not stage, its host version (control flow in Python, regions between; or
+        `host_version`) runs instead."""
         acc = access(*run)
         ins = self._island_ins(run, acc)
         inside = Counter(n for x in run for n in _loads(x))
@@ -199,7 +257,7 @@ class _Splitter:
         result = self.ctx.fresh("staged")
         self.locals.add(result)
         call = set_name(result, op_call("island", _table(site), name(fn_name), tuple_of(ins)))
-        host = self.block(run, islands=False)  # statements nested inside may still be islands
+        host = self.block(host_version or run, islands=False)  # statements nested inside may still be islands
         unpack = [ast.Assign(targets=[tuple_of(outs, store=True)], value=name(result))] if outs else [ast.Pass()]
         test = ast.Compare(left=name(result), ops=[ast.Is()],
                            comparators=[ast.Attribute(value=name(OPS), attr="NOT_STAGED", ctx=ast.Load())])

@@ -1,0 +1,317 @@
+"""Loads a dispatch-host artifact (`runtime/hosted_export.py`): runs its emitted host program,
+whose region calls look up the exported program of their input signature (torch-free)."""
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+from typing import Any
+
+import jax
+import numpy as np
+from jax import export as jax_export
+from safetensors.flax import load_file
+
+from dycl_jax.errors import CallError, Location
+from dycl_jax.rewrite.decisions import Decision
+
+HOST_MODULE, CONSTANTS = "host.py", "constants.safetensors"
+
+
+class Undefined:
+    """A variable not assigned yet on this path (as the rewrite's `Undefined`: using it fails)."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def _fail(self, *args: Any, **kwargs: Any) -> Any:
+        raise UnboundLocalError(f"local variable {self.name!r} referenced before assignment")
+
+    def __getattr__(self, attr: str) -> Any:
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        return self._fail()
+
+    __bool__ = __call__ = __iter__ = __len__ = __getitem__ = _fail
+
+
+class _NotStaged:
+    def __repr__(self) -> str:
+        return "NOT_STAGED"
+
+
+NOT_STAGED = _NotStaged()
+
+
+class ModuleRef:
+    """A torch module of the converted model as the host program sees it: its path, its plain
+    Python attributes and submodules, and (ModuleList/Sequential) its items."""
+
+    def __init__(self, path: str, table: dict, refs: dict, rt: "HostRuntime") -> None:
+        self._path, self._table, self._refs, self._rt = path, table, refs, rt
+
+    def _child(self, path: str) -> "ModuleRef":
+        return self._refs.setdefault(path, ModuleRef(path, self._table, self._refs, self._rt))
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """A submodule that is a dispatch host of its own, called from the host program."""
+        fname = self._rt.manifest["methods"].get(self._path, {}).get("forward")
+        if fname is None:
+            raise CallError(f"the host program calls module {self._path or '(root)'}, which the artifact holds no "
+                            "host program for", fix="export the model again with this version of dycl_jax")
+        return self._rt.namespace[fname](self._rt, self, *args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        entry = self._table[self._path]
+        if name in entry["children"]:
+            return self._child(entry["children"][name])
+        if name in entry["plain"]:
+            return entry["plain"][name]
+        raise AttributeError(f"module {self._path or '(root)'} has no attribute {name!r} in the artifact")
+
+    def _items(self) -> list["ModuleRef"]:
+        return [self._child(p) for p in self._table[self._path]["children"].values()]
+
+    def __iter__(self) -> Any:
+        return iter(self._items())
+
+    def __len__(self) -> int:
+        return len(self._items())
+
+    def __getitem__(self, i: Any) -> Any:
+        return self._items()[i]
+
+    def __repr__(self) -> str:
+        return f"<module {self._path or '(root)'}>"
+
+
+def _leaf_key(v: Any) -> list:
+    """The JSON form of a signature leaf (as hosted_export.py writes it)."""
+    if isinstance(v, (jax.Array, np.ndarray)):
+        return ["a", list(v.shape), np.dtype(v.dtype).name]
+    if isinstance(v, ModuleRef):
+        return ["m", v._path]
+    if isinstance(v, Undefined):
+        return ["u", v.name]
+    if type(v) is float:
+        return ["f", v.hex()]
+    if isinstance(v, np.generic):
+        return ["g", v.dtype.name, v.item()]
+    return ["p", type(v).__name__, v]
+
+
+def _host_array(v: Any) -> Any:
+    """A value a plain statement made: arrays as the dispatch host holds them (int64 -> int32)."""
+    if isinstance(v, np.ndarray) and v.dtype in (np.int64, np.float64) and not jax.config.jax_enable_x64:
+        return jax.numpy.asarray(v)
+    return v
+
+
+class HostRuntime:
+    """What the emitted host program calls (`rt`): regions, islands, decisions."""
+
+    Undefined = Undefined
+    NOT_STAGED = NOT_STAGED
+
+    def __init__(self, path: str, manifest: dict, state: list, namespace: dict, capacity: int):
+        self.manifest, self.state, self.namespace, self.capacity = manifest, state, namespace, capacity
+        self.constants = load_file(os.path.join(path, CONSTANTS))
+        self.refs: dict[str, ModuleRef] = {}
+        self.root = ModuleRef("", manifest["modules"], self.refs, self)
+        self.refs[""] = self.root
+        self.regions = manifest["regions"]
+        self.programs: dict[str, Any] = {}
+        self.index: list[list[dict]] = []  # per region part index: signature -> entry
+        self.path = path
+        self.decisions: list[Decision] | None = None
+        self.margins: dict[int, tuple[Any, float]] = {}
+        self.numpy_fns = [[{self._entry_key(e["tree"], e["key"]): e["fn"] for e in p.get("numpy", ())}
+                           for p in r.get("parts", ())] for r in self.regions]
+        self.lookup = [[{self._entry_key(e["tree"], e["key"]): e for e in p["entries"]} for p in r.get("parts", ())]
+                       for r in self.regions]
+
+    @staticmethod
+    def _entry_key(tree: str, key: list) -> str:
+        return repr((tree, key))
+
+    def _program(self, name: str) -> Any:
+        prog = self.programs.get(name)
+        if prog is None:
+            with open(os.path.join(self.path, name), "rb") as f:
+                prog = self.programs[name] = jax_export.deserialize(bytearray(f.read()))
+        return prog
+
+    # ------------------------------------------------------------ what the host program calls
+
+    def region(self, rid: int, vals: tuple) -> tuple:
+        r = self._ran(rid)
+        env = dict(zip(r["ins"], vals))
+        for k, part in enumerate(r["parts"]):
+            env.update(zip(part["outs"], self._part(rid, k, part, tuple(env[n] for n in part["ins"]))))
+        return tuple(env[n] for n in r["outs"])
+
+    def island(self, rid: int, vals: tuple) -> Any:
+        r = self._ran(rid)
+        part = r["parts"][0]
+        if part["failed"]:
+            return NOT_STAGED
+        return self._part(rid, 0, part, vals)
+
+    def decide(self, value: Any, label: str) -> bool:
+        taken = bool(value)
+        if self.decisions is not None:
+            self.decisions.append(Decision(label, taken, self.margins.get(id(value), (None, math.nan))[1]))
+        return taken
+
+    @staticmethod
+    def defined(value: Any) -> Any:
+        if isinstance(value, Undefined):
+            value._fail()
+        return value
+
+    # ------------------------------------------------------------ parts
+
+    def _ran(self, rid: int) -> dict:
+        r = self.regions[rid]
+        if not r["ran"]:
+            raise CallError(f"this input reaches the {r['label']}, which the dispatch host had not run when the model "
+                            "was exported, so the artifact holds no program for it",
+                            location=Location(r["file"], r["line"], ""),
+                            fix="before jm.export, call jm on inputs that take every path (and every input shape)")
+        return r
+
+    def _part(self, rid: int, k: int, part: dict, vals: tuple) -> tuple:
+        leaves, tree = jax.tree_util.tree_flatten((vals, None))
+        entry = self.lookup[rid][k].get(self._entry_key(str(tree), [_leaf_key(v) for v in leaves]))
+        if entry is not None:
+            return self._run(entry, leaves)[0]  # a region program gives (outputs, module attributes)
+        entry = next((e for e in part["entries"] if "ranges" in e and _fits(e, str(tree), leaves)), None)
+        if entry is not None:  # a program with symbolic sizes
+            return self._run(entry, leaves)[0]
+        fn = self.numpy_fns[rid][k].get(self._entry_key(str(tree), [_leaf_key(v) for v in leaves]))
+        if fn is not None:  # a host statement with data-dependent shapes, as numpy code for this signature
+            arrays = [v for v in leaves if isinstance(v, (jax.Array, np.ndarray))]
+            return tuple(jax.numpy.asarray(o) for o in self.namespace[fn](*arrays))
+        if "python" in part and (part["entries"] == [] or not any(isinstance(v, (jax.Array, np.ndarray))
+                                                                    for v in leaves)):
+            env = dict(zip(part["ins"], vals))
+            for name, ins, outs in part["python"]:
+                env.update(zip(outs, map(_host_array, self.namespace[name](*[env[n] for n in ins]))))
+            return tuple(env[n] for n in part["outs"])
+        r = self.regions[rid]
+        shapes = ", ".join(f"{np.dtype(v.dtype).name}{list(v.shape)}" for v in leaves
+                           if isinstance(v, (jax.Array, np.ndarray)))
+        raise CallError(f"the {r['label']} was exported for the input signatures the dispatch host ran before export; "
+                        f"this call gives it new ones ({shapes or 'new Python values'})",
+                        location=Location(r["file"], r["line"], ""),
+                        fix="before jm.export, call jm on inputs that reach these shapes and values")
+
+    def _run(self, e: dict, leaves: list) -> Any:
+        inputs = [self.state[v] if kind == "s" else self.constants[v] for kind, v in e["sources"]]
+        tensors = [leaves[i] for i in e["tensors"]]
+        scope = jax.enable_x64(True) if e["x64"] else contextlib.nullcontext()
+        with scope:
+            if self.decisions is not None and e["traced"]:
+                outs, margins, (ids, values, ms, count) = self._program(e["name"] + ".trace.stablehlo").call(inputs,
+                                                                                                             tensors)
+                n = int(count)
+                for site_id, value, margin in zip(np.asarray(ids)[:n], np.asarray(values)[:n], np.asarray(ms)[:n]):
+                    site, kind = e["trace_sites"][site_id]
+                    self.decisions.append(Decision(site, bool(value) if kind == "bool" else int(value), float(margin)))
+                for o, m in zip(outs, margins):
+                    if not math.isnan(float(m)):
+                        self.margins[id(o)] = (o, float(m))
+            else:
+                outs = self._program(e["name"] + ".stablehlo").call(inputs, tensors)
+        flat = [outs[s] if s is not None else _constant(c, self) for s, c in zip(e["slots"], e["constants"])]
+        if e["passed"] is not None:
+            flat = [leaves[p] if p is not None else v for p, v in zip(e["passed"], flat)]
+        return _build(e["out_tree"], flat)
+
+
+def _fits(e: dict, tree: str, leaves: list) -> bool:
+    """Whether a symbolic entry takes these leaves: the same tree and values, sizes within range."""
+    if e["tree"] != tree or len(e["key"]) != len(leaves):
+        return False
+    bound: dict[str, int] = {}
+    for want, v in zip(e["key"], leaves):
+        got = _leaf_key(v)
+        if want[0] != "a" or got[0] != "a":
+            if want != got:
+                return False
+            continue
+        if want[2] != got[2] or len(want[1]) != len(got[1]):
+            return False
+        for w, size in zip(want[1], got[1]):
+            if isinstance(w, str):
+                lo, hi = e["ranges"].get(w, [0, None])
+                if bound.setdefault(w, size) != size or size < lo or (hi is not None and size > hi):
+                    return False
+            elif w != size:
+                return False
+    return True
+
+
+def _constant(c: list, rt: HostRuntime) -> Any:
+    kind = c[0]
+    if kind == "m":
+        return rt.refs.get(c[1]) or rt.root._child(c[1])
+    if kind == "u":
+        return Undefined(c[1])
+    if kind == "f":
+        return float.fromhex(c[1])
+    if kind == "g":
+        return np.dtype(c[1]).type(c[2])
+    return c[2]
+
+
+def _build(node: Any, flat: list) -> Any:
+    if type(node) is int:
+        return flat[node]
+    (kind, kids), = node.items()
+    if kind == "n":
+        return None
+    if kind == "t":
+        return tuple(_build(c, flat) for c in kids)
+    if kind == "l":
+        return [_build(c, flat) for c in kids]
+    return {k: _build(c, flat) for k, c in kids}
+
+
+class HostedModel:
+    """A deployed dispatch-host model: `m(*args)` as `jm(*args)`, `m.trace(*args)` as `jm.trace`."""
+
+    def __init__(self, path: str, manifest: dict):
+        self.manifest = manifest
+        params = load_file(os.path.join(path, "params.safetensors"))
+        state = [params[p] for p in manifest["state"]]
+        with open(os.path.join(path, HOST_MODULE)) as f:
+            text = f.read()
+        namespace: dict[str, Any] = {"rt": HostRuntime}  # statement functions read rt.Undefined
+        exec(compile(text, os.path.join(path, HOST_MODULE), "exec"), namespace)
+        self._entry = namespace[manifest["entry"]]
+        self._rt = HostRuntime(path, manifest, state, namespace, manifest["trace"]["capacity"])
+
+    def __call__(self, *args: Any) -> Any:
+        return self._entry(self._rt, self._rt.root, *self._bind(args))
+
+    def trace(self, *args: Any) -> tuple[Any, list[Decision]]:
+        """(outputs, decisions): each host decision and each decision inside a region, in order."""
+        self._rt.decisions, self._rt.margins = [], {}
+        try:
+            outs = self._entry(self._rt, self._rt.root, *self._bind(args))
+            return outs, self._rt.decisions
+        finally:
+            self._rt.decisions, self._rt.margins = None, {}
+
+    def _bind(self, args: tuple) -> list[Any]:
+        from dycl_jax.runtime.loaded import _check, _match  # loaded.py imports this module on use
+        given: dict[int, Any] = {}
+        _match(self.manifest["args"], args, given, "arguments")
+        return [_check(spec, given[k], {}) for k, spec in enumerate(self.manifest["inputs"])]
+
+    def __repr__(self) -> str:
+        ins = ", ".join(f"{s['name']}: {s['dtype']}" for s in self.manifest["inputs"])
+        return f"HostedModel(host='dispatch', inputs=({ins}))"

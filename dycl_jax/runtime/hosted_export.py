@@ -1,0 +1,347 @@
+"""`jm.export` of a dispatch-host model: the host program as torch-free Python (emit/host_program.py),
+every compiled region signature the host has run as serialized StableHLO (plain and
+decision-traced), plain-Python statements as code, and a manifest `runtime/hosted.py` loads."""
+from __future__ import annotations
+
+import ast
+import copy
+import json
+import math
+import os
+from typing import TYPE_CHECKING, Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import torch
+from safetensors.flax import save_file
+
+from dycl_jax import __version__
+from dycl_jax.emit.host_ops import numpy_statement
+from dycl_jax.emit.host_program import HostProgram, host_program, plain_statement
+from dycl_jax.errors import DyclError, Location
+from dycl_jax.host.dispatch import DIRECT, EAGER, Compiled, DispatchHost, Part
+from dycl_jax.lower.decision_log import DecisionLog
+from dycl_jax.lower.dtypes import to_jax_dtype
+from dycl_jax.lower.int_ranges import int_scope
+from dycl_jax.lower.ops.control_flow import recording
+from dycl_jax.rewrite.plan import Undefined
+from dycl_jax.runtime import hosted_symbolic as symbolic
+from dycl_jax.runtime.artifact import _export
+from dycl_jax.runtime.loaded import MANIFEST, PARAMS, save_params
+
+if TYPE_CHECKING:
+    from dycl_jax.runtime.model import JaxModel
+
+HOSTED_FORMAT = "dycl_jax.hosted/1"
+HOST_MODULE, CONSTANTS = "host.py", "constants.safetensors"
+_ITEM_OPS = {"_local_scalar_dense.default"}  # what `.item()` / `.tolist()` run on the host
+
+
+class _Writer:
+    def __init__(self, jm: "JaxModel", host: DispatchHost, program: HostProgram, capacity: int):
+        self.jm, self.host, self.program, self.capacity = jm, host, program, capacity
+        self.modules = {id(m): p for p, m in host.root.named_modules()}
+        self.state = jm._state_values()
+        self.files: dict[str, bytes] = {}
+        self.constants: dict[str, Any] = {}
+        self.const_ids: dict[int, str] = {}
+        self.statements: set[str] = set()
+        self.numpy_code: list[str] = []
+        self.by_id = {id(m): m for _, m in host.root.named_modules()}
+
+    # ------------------------------------------------------------ values
+
+    def leaf_key(self, key: Any, where: Location) -> list:
+        """A signature leaf (host/values.leaf_key) as JSON the loaded host recomputes."""
+        if isinstance(key, tuple) and len(key) == 2 and isinstance(key[0], tuple):
+            return ["a", list(key[0]), np.dtype(key[1]).name]
+        kind, value = key
+        if kind == "id" and value in self.modules:
+            return ["m", self.modules[value]]
+        if kind is Undefined:
+            return ["u", value]
+        if kind is float:
+            return ["f", value]
+        if kind in (bool, int, str) or kind is type(None):
+            return ["p", kind.__name__, value]
+        if isinstance(kind, type) and issubclass(kind, np.generic):
+            return ["g", np.dtype(kind).name, value]
+        raise DyclError(f"a region of the host program takes a {getattr(kind, '__name__', kind)} value, which an "
+                        "exported host cannot key its programs on", location=where,
+                        fix="pass tensors, Python numbers or strings between the host program's statements")
+
+    def constant(self, value: Any, where: Location) -> list:
+        """A Python value a region returns for its signature, as JSON."""
+        if isinstance(value, torch.nn.Module) and id(value) in self.modules:
+            return ["m", self.modules[id(value)]]
+        if isinstance(value, Undefined):
+            return ["u", value.name]
+        if isinstance(value, float):
+            return ["f", value.hex()]
+        if value is None or type(value) in (bool, int, str):
+            return ["p", type(value).__name__, value]
+        if isinstance(value, np.generic):
+            return ["g", value.dtype.name, value.item()]
+        raise DyclError(f"a region of the host program returns a {type(value).__name__}, which an exported host "
+                        "cannot hold", location=where, fix="return tensors or Python numbers from the statement")
+
+    def array_constant(self, value: Any) -> str:
+        name = self.const_ids.get(id(value))
+        if name is None:
+            name = self.const_ids[id(value)] = f"c{len(self.constants)}"
+            self.constants[name] = jnp.asarray(value)
+        return name
+
+    # ------------------------------------------------------------ regions
+
+    def region(self, rid: int) -> dict:
+        spec = self.program.regions[rid]
+        out: dict[str, Any] = {"label": spec.label, "file": spec.file, "line": spec.line, "kind": spec.kind,
+                               "ins": list(spec.ins), "outs": list(spec.outs)}
+        st = self.host.regions.get(id(spec))
+        if st is None:  # a path not run before export: the loaded host says so if it gets there
+            return {**out, "ran": False}
+        return {**out, "ran": True, "parts": [self.part(spec, rid, k, p) for k, p in enumerate(st.parts)]}
+
+    def part(self, spec: Any, rid: int, k: int, part: Part) -> dict:
+        first = spec.statements[part.first]
+        where = Location(spec.file, first.line, first.code)
+        out: dict[str, Any] = {"first": part.first, "stop": part.stop, "ins": list(part.ins), "outs": list(part.outs),
+                               "failed": spec.kind == "island" and part.host_reason is not None, "entries": []}
+        kinds = set(type(e) if isinstance(e, Compiled) else e for e in part.cache.values())
+        on_host = EAGER in kinds or (spec.kind == "region" and part.host_reason is not None)
+        fname = self.program.region_fn[rid]
+        if on_host and part.in_torch is None and not set(part.jax_ops) <= _ITEM_OPS:
+            out["numpy"] = self.numpy_part(spec, rid, k, part, fname, where)
+        elif on_host or DIRECT in kinds:
+            why = part.in_torch if on_host and part.in_torch else None
+            why = why or plain_statement(spec, part.first, part.stop, self.program, fname, on_host)
+            if why is not None:
+                raise DyclError(
+                    f"{os.path.basename(spec.file)}:{first.line}: `{first.code.strip()}` runs on the dispatch host "
+                    f"({part.host_reason or 'plain Python'}), and an exported host cannot run it without torch: {why}",
+                    location=where,
+                    fix="write the statement with tensor operations torch.export captures, or keep this model in "
+                        "Python with torch (jm(...)); staged models export with host=\"staged\"")
+            sts = [(self.program.statement_name(fname, s.fn), s) for s in spec.statements[part.first:part.stop]]
+            self.statements.update(n for n, _ in sts)
+            out["python"] = [[n, list(s.ins), list(s.outs)] for n, s in sts]
+        served: set[int] = set()  # signatures a symbolic program takes
+        out["symbolic"] = []
+        for group in symbolic.groups(part):
+            result = self.symbolic(spec, rid, k, part, fname, group, len(out["entries"]), where)
+            if isinstance(result, str):
+                out["symbolic"].append(f"{len(group)} signatures kept apart: {result}")
+                continue
+            entry, shapes, ranges = result
+            out["entries"].append(entry)
+            index = group[0][2].tensor_leaves
+            served |= {id(e) for _, l, e in group if symbolic.fits(shapes, l, index, ranges)}
+            out["symbolic"].append(f"{len(group)} signatures as one program, symbols {ranges}")
+        for (tree, leaves, grad), entry in part.cache.items():
+            if isinstance(entry, Compiled) and grad and id(entry) not in served:
+                out["entries"].append(self.entry(rid, k, len(out["entries"]), tree, leaves, entry, where))
+        return out
+
+    def symbolic(self, spec: Any, rid: int, k: int, part: Part, fname: str, group: list, n: int,
+                 where: Location) -> tuple[dict, list, dict] | str:
+        """One entry with symbolic sizes for `group` (hosted_symbolic.py), or why not."""
+        fns = self.units(spec, fname)
+        result = symbolic.symbolic_program(self.host, spec, part, fns, group, self.example, self.state)
+        if isinstance(result, str):
+            return result
+        plain, (traced_fn, state_avals, sym_avals), ranges, shapes, sources = result
+        tree, leaves, entry = group[0]
+        keys = [self.leaf_key(key, where) for key in leaves]
+        for shape, i in zip(shapes, entry.tensor_leaves):
+            keys[i] = ["a", shape, keys[i][2]]
+        name = f"r{rid}p{k}e{n}"
+        self.files[f"{name}.stablehlo"] = plain.serialize()
+        sites: list = []
+        if traced_fn is not None:
+            with int_scope(entry.x64):
+                traced, sites = self._traced(traced_fn, state_avals, sym_avals)
+            self.files[f"{name}.trace.stablehlo"] = traced.serialize()
+        return ({"name": name, "tree": str(tree), "key": keys, "ranges": ranges,
+                 "sources": [["s", v] if s else ["c", self.array_constant(v)] for s, v in sources],
+                 "tensors": entry.tensor_leaves, "out_tree": _tree_json(entry.out_tree, len(entry.slots)),
+                 "slots": entry.slots, "constants": [None if s is not None else self.constant(c, where)
+                                                     for s, c in zip(entry.slots, entry.constants)],
+                 "passed": entry.passed, "x64": entry.x64, "traced": traced_fn is not None,
+                 "trace_sites": [list(s) for s in sites]}, shapes, ranges)
+
+    def units(self, spec: Any, fname: str) -> list:
+        """The region's statement functions, compiled from the rewrite's code (torch code)."""
+        from dycl_jax.rewrite import operators
+        namespace = {**self.program.namespaces[fname], "_dycl_ops": operators}
+        fns = []
+        for st in spec.statements:
+            emitted = self.program.statement_name(fname, st.fn)
+            exec(compile(ast.Module([copy.deepcopy(self.program.statements[emitted])], []), spec.file, "exec"),
+                 namespace)
+            fns.append(namespace[st.fn])
+        return fns
+
+    def numpy_part(self, spec: Any, rid: int, k: int, part: Part, fname: str, where: Location) -> list[dict]:
+        """A host statement computing data-dependent shapes: numpy code per signature (emit/host_ops.py)."""
+        units = list(zip(self.units(spec, fname)[part.first:part.stop], spec.statements[part.first:part.stop]))
+        out = []
+        for n, (tree, leaves, grad) in enumerate(part.cache):
+            values = [self.example(key) for key in leaves]
+            index = [i for i, v in enumerate(values) if isinstance(v, torch.Tensor)]
+
+            def run(*tensors: torch.Tensor, values: list = values, index: list = index, tree: Any = tree) -> tuple:
+                filled = list(values)
+                for i, t in zip(index, tensors):
+                    filled[i] = t
+                vals, _ = jax.tree_util.tree_unflatten(tree, filled)
+                env = dict(zip(part.ins, vals))
+                for fn, st in units:
+                    env.update(zip(st.outs, fn(*[env[x] for x in st.ins])))
+                outs = tuple(env[x] for x in part.outs)
+                if not all(isinstance(o, torch.Tensor) for o in outs):
+                    raise TypeError("a Python value out of a tensor statement")
+                return outs
+
+            name = f"{fname}__r{rid}p{k}k{n}"
+            text, why = numpy_statement(run, [values[i] for i in index], name)
+            if text is None:
+                first = spec.statements[part.first]
+                raise DyclError(
+                    f"{os.path.basename(spec.file)}:{first.line}: `{first.code.strip()}` runs on the dispatch host "
+                    f"({part.host_reason}), and an exported host cannot run it without torch: {why}",
+                    location=where, fix="write the statement with tensor operations torch.export captures, or keep "
+                                        "this model in Python with torch (jm(...))")
+            self.numpy_code.append(text)
+            out.append({"tree": str(tree), "key": [self.leaf_key(key, where) for key in leaves], "fn": name})
+        return out
+
+    def example(self, key: Any) -> Any:
+        """A placeholder value of a signature leaf: zeros for an array (as torch holds it), else the value."""
+        if isinstance(key, tuple) and len(key) == 2 and isinstance(key[0], tuple):
+            dtype = np.dtype(key[1])
+            return torch.zeros(key[0], dtype=torch.int64 if dtype == np.int32 else torch.from_numpy(
+                np.zeros((), dtype)).dtype)
+        kind, value = key
+        if kind == "id":
+            return self.by_id[value]
+        if kind is Undefined:
+            return Undefined(value)
+        if kind is float:
+            return float.fromhex(value)
+        return value
+
+    def entry(self, rid: int, k: int, n: int, tree: Any, leaves: tuple, entry: Compiled, where: Location) -> dict:
+        keys = [self.leaf_key(key, where) for key in leaves]
+        state_avals, sources = [], []
+        for is_state, v in entry.sources:
+            value = self.state[v] if is_state else v
+            state_avals.append(jax.ShapeDtypeStruct(np.shape(value), value.dtype))
+            sources.append(["s", v] if is_state else ["c", self.array_constant(v)])
+        tensor_avals = [jax.ShapeDtypeStruct(tuple(keys[i][1]), np.dtype(keys[i][2])) for i in entry.tensor_leaves]
+        fn = getattr(entry.fn, "__wrapped__", entry.fn)  # the plain function: never a trace cached under a recorder
+        name = f"r{rid}p{k}e{n}"
+        with int_scope(entry.x64):
+            plain = _export(fn, state_avals, tensor_avals)
+            self.files[f"{name}.stablehlo"] = plain.serialize()
+            sites: list = []
+            if entry.margins is not None:
+                traced, sites = self._traced(getattr(entry.margins, "__wrapped__", entry.margins), state_avals,
+                                             tensor_avals)
+                self.files[f"{name}.trace.stablehlo"] = traced.serialize()
+        n_out = len(entry.slots)
+        return {"name": name, "tree": str(tree), "key": keys, "sources": sources, "tensors": entry.tensor_leaves,
+                "out_tree": _tree_json(entry.out_tree, n_out), "slots": entry.slots,
+                "constants": [None if s is not None else self.constant(c, where)
+                              for s, c in zip(entry.slots, entry.constants)],
+                "passed": entry.passed, "x64": entry.x64, "traced": entry.margins is not None,
+                "trace_sites": [list(s) for s in sites]}
+
+    def _traced(self, fn: Any, state: list, tensors: list) -> tuple[Any, list]:
+        log = DecisionLog(self.capacity)
+
+        def traced(s: list, t: list) -> tuple:
+            log.start()
+            with recording(log):
+                outs, margins = fn(s, t)
+            ms = [jnp.float32(math.nan) if m is None else jnp.asarray(m, jnp.float32).reshape(()) for m in margins]
+            return outs, ms, log.log
+
+        return _export(traced, state, tensors), log.sites
+
+
+def _tree_json(treedef: Any, n: int) -> Any:
+    """A jax treedef of tuples, lists and dicts as JSON (leaves by index)."""
+    def walk(node: Any) -> Any:
+        if type(node) is int:
+            return node
+        if node is None:
+            return {"n": 0}
+        if type(node) is tuple:
+            return {"t": [walk(c) for c in node]}
+        if type(node) is list:
+            return {"l": [walk(c) for c in node]}
+        if type(node) is dict:
+            return {"d": [[k, walk(c)] for k, c in node.items()]}
+        raise DyclError(f"a region returns a {type(node).__name__}, which an exported host cannot rebuild",
+                        fix="return tuples, lists or dicts of tensors from the host program's statements")
+    return walk(jax.tree_util.tree_unflatten(treedef, list(range(n))))
+
+
+def _module_attributes(root: torch.nn.Module) -> dict[str, dict]:
+    """Per module path: its submodules, plain Python attributes, and whether it is a container."""
+    out = {}
+    for path, m in root.named_modules():
+        plain = {k: v for k, v in vars(m).items() if not k.startswith("_")
+                 and (v is None or type(v) in (bool, int, float, str)
+                      or type(v) in (tuple, list) and all(type(x) in (bool, int, float, str) for x in v))}
+        out[path] = {"children": {k: f"{path}.{k}" if path else k for k in m._modules},
+                     "plain": plain, "sequence": isinstance(m, (torch.nn.ModuleList, torch.nn.Sequential))}
+    return out
+
+
+def write_hosted(jm: "JaxModel", path: str, trace_capacity: int) -> dict:
+    """Write the dispatch-host model `jm` as an artifact directory; returns its manifest."""
+    host: DispatchHost = jm._fn  # type: ignore[assignment]
+    if host.attrs.slots:
+        raise DyclError("the host program's statements write module attributes (state kept on `self` between "
+                        "statements), which an exported host does not hold", location=jm.dispatch_location,
+                        fix="keep the values in local variables, or convert with host=\"staged\"")
+    sig = jm.signature
+    if sig.in_spec != torch.utils._pytree.tree_structure(tuple(range(len(sig.arg_leaves)))) \
+            or len(sig.tensor_leaf_index) != len(sig.arg_leaves):
+        raise DyclError("an exported dispatch host takes tensor arguments only, positionally",
+                        location=jm.dispatch_location, fix="wrap the model so that its method takes only tensors")
+    program = host_program(host.plan.dispatch, {id(m): p for p, m in host.root.named_modules()}, host.root,
+                           host.method)
+    writer = _Writer(jm, host, program, trace_capacity)
+    regions = [writer.region(rid) for rid in range(len(program.regions))]
+    text = program.module_text(writer.statements) + "".join(f"\n\n{c}\n" for c in writer.numpy_code)
+    if writer.numpy_code and "import numpy as np" not in text:
+        text = text.replace("\n\n\n", "\nimport numpy as np\n\n\n", 1)
+    inputs = [{"name": s.name, "shape": [f"{s.name}_{d}" for d in range(len(s.shape))],
+               "dtype": np.dtype(to_jax_dtype(s.dtype)).name, "torch_dtype": str(s.dtype).replace("torch.", ""),
+               "also_accepted": {torch.int64: "int64", torch.float64: "float64"}.get(s.dtype)} for s in sig.inputs]
+    manifest = {
+        "format": HOSTED_FORMAT, "host": "dispatch", "entry": program.entry, "methods": program.methods,
+        "inputs": inputs,
+        "args": {"tuple": [{"leaf": {"input": k}} for k in range(len(inputs))]},
+        "regions": regions, "modules": _module_attributes(host.root), "state": jm.state_paths,
+        "shapes": "a region's signatures that differ only in array sizes share one program with symbolic sizes "
+                  "where torch.export and jax.export take them (each part's `symbolic` says); the others are "
+                  "exported per signature the host ran before export",
+        "source": jm.source, "trace": {"capacity": trace_capacity},
+        "versions": {"jax": jax.__version__, "torch": torch.__version__, "dycl_jax": __version__},
+    }
+    os.makedirs(path, exist_ok=True)  # written only once everything is known: a refusal leaves nothing
+    for name, blob in writer.files.items():
+        with open(os.path.join(path, name), "wb") as f:
+            f.write(blob)
+    with open(os.path.join(path, HOST_MODULE), "w") as f:
+        f.write(text)
+    save_params(os.path.join(path, PARAMS), jm.state_paths, writer.state)
+    save_file(writer.constants or {"_": jnp.zeros(())}, os.path.join(path, CONSTANTS))
+    with open(os.path.join(path, MANIFEST), "w") as f:
+        json.dump(manifest, f, indent=1)
+    return manifest

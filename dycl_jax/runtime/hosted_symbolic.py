@@ -1,0 +1,152 @@
+"""Symbolic dimensions for an exported dispatch region: the signatures of one part that differ
+only in array sizes are captured again with those dimensions dynamic (`Dim.AUTO`), lowered and
+exported once with `jax.export` symbols, and checked against every signature it replaces."""
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable
+
+import jax
+import numpy as np
+import torch
+from jax import export as jax_export
+
+from dycl_jax.host import values
+from dycl_jax.host.dispatch import Compiled, DispatchHost, Part
+from dycl_jax.lower.int_ranges import int_scope
+from dycl_jax.lower.interpreter import LoweredGraph
+from dycl_jax.rewrite.modes import exclusive
+
+
+def groups(part: Part) -> list[list[tuple[Any, tuple, Compiled]]]:
+    """The part's compiled signatures, grouped where only array sizes differ (and the outputs' form
+    is the same); groups of one are left out."""
+    out: dict[Any, list] = {}
+    for (tree, leaves, grad), entry in part.cache.items():
+        if not isinstance(entry, Compiled) or not grad:
+            continue
+        shape_free = tuple((len(k[0]), k[1]) if isinstance(k, tuple) and len(k) == 2 and isinstance(k[0], tuple)
+                           else k for k in leaves)
+        form = (tree, shape_free, str(entry.out_tree), tuple(entry.slots), repr(entry.constants), entry.x64,
+                tuple(entry.passed or ()), tuple(entry.tensor_leaves))
+        out.setdefault(form, []).append((tree, leaves, entry))
+    return [g for g in out.values() if len(g) > 1]
+
+
+def _varying(group: list) -> dict[int, list[int]]:
+    """Per leaf index: the dimensions whose size differs between the group's signatures."""
+    first = group[0][1]
+    dims: dict[int, list[int]] = {}
+    for i, k in enumerate(first):
+        if isinstance(k, tuple) and len(k) == 2 and isinstance(k[0], tuple):
+            ds = [d for d in range(len(k[0])) if len({g[1][i][0][d] for g in group}) > 1]
+            if ds:
+                dims[i] = ds
+    return dims
+
+
+def symbolic_program(host: DispatchHost, spec: Any, part: Part, fns: list[Callable], group: list,
+                     example: Callable[[Any], Any], state: list) -> tuple[Any, Any, dict, list, Any] | str:
+    """(plain export, traced fn over (state, tensors), {symbol: [min, max]}, per tensor input its
+    shape with symbols, sources) for the group, or why not."""
+    varying = _varying(group)
+    # the largest signature as the example: torch specialises a dimension of size 0 or 1
+    tree, leaves, entry = max(group, key=lambda g: sum(int(np.prod(k[0])) for k in g[1]
+                                                         if isinstance(k, tuple) and isinstance(k[0], tuple)))
+    values = [example(k) for k in leaves]
+    index = [i for i, v in enumerate(values) if isinstance(v, torch.Tensor)]
+    if index != entry.tensor_leaves:
+        return "its tensor inputs differ from the compiled program's"
+    dynamic = [varying.get(i, []) for i in index]
+    args = tuple(jax.tree_util.tree_unflatten(tree, values))
+    try:
+        cap = _capture(host, spec, part, fns, args, dynamic)
+    except Exception as exc:  # noqa: BLE001 - torch.export refused the dynamic sizes: per signature instead
+        return f"torch.export with dynamic sizes: {type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
+    if (cap.slots, str(cap.out_tree), cap.passed) != (entry.slots, str(entry.out_tree), entry.passed or
+                                                      [None] * len(entry.slots)):
+        return "the dynamic capture returns another output form"
+    gm = cap.ep.graph_module
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    n_state = len(cap.state)
+    used = [i for i in range(n_state) if placeholders[i].users]
+    shapes: list[list] = []
+    names: list[str] = []
+    for node in placeholders[n_state:]:
+        shape = []
+        for d in node.meta["val"].shape:
+            if isinstance(d, torch.SymInt):
+                text = str(d)
+                if not text.isidentifier():
+                    return f"a dimension is the expression {text}"
+                names += [text] if text not in names else []
+                shape.append(text)
+            else:
+                shape.append(int(d))
+        shapes.append(shape)
+    if not names:
+        return "torch.export specialised every varying dimension"
+    ranges = {}
+    for sym, vr in cap.ep.range_constraints.items():
+        if str(sym) in names:
+            hi = None if str(vr.upper).endswith("oo") else int(vr.upper)  # int_oo: unbounded
+            ranges[str(sym)] = [int(vr.lower), hi]
+    with int_scope(entry.x64):
+        graph = LoweredGraph.build(gm, name=spec.label)
+
+        def run(s: list, t: list, call: Callable = graph) -> tuple:
+            full: list[Any] = [None] * n_state
+            for i, v in zip(used, s):
+                full[i] = v
+            return call(*full, *t)
+
+        sources = [(True, host.path_index[e.path]) if e.kind != "constant" and e.path in host.path_index
+                   else (False, values.to_jax(e.tensor)) for e in (cap.state[i] for i in used)]
+        state_avals = [jax.ShapeDtypeStruct(np.shape(state[v] if is_state else v), (state[v] if is_state else v).dtype)
+                       for is_state, v in sources]
+        dims = dict(zip(names, jax_export.symbolic_shape(",".join(names))))
+        dtypes = [g for g in (leaves[i][1] for i in index)]
+        sym_avals = [jax.ShapeDtypeStruct(tuple(dims[d] if isinstance(d, str) else d for d in shape), dt)
+                     for shape, dt in zip(shapes, dtypes)]
+        try:
+            plain = jax_export.export(jax.jit(run))(state_avals, sym_avals)
+        except Exception as exc:  # noqa: BLE001 - the lowering needs static sizes somewhere: per signature instead
+            return f"jax.export with symbolic sizes: {type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
+        for t2, l2, e2 in group:  # every signature it replaces gives the same output shapes
+            concrete = [jax.ShapeDtypeStruct(tuple(l2[i][0]), l2[i][1]) for i in index]
+            if not fits(shapes, l2, index, ranges):
+                continue
+            want = jax.eval_shape(getattr(e2.fn, "__wrapped__", e2.fn), state_avals_of(e2, state), concrete)
+            got = jax.eval_shape(plain.call, state_avals, concrete)
+            if [a.shape for a in jax.tree_util.tree_leaves(want)] != [a.shape for a in jax.tree_util.tree_leaves(got)]:
+                return "the symbolic program gives other output shapes than a compiled signature"
+    traced = functools.partial(run, call=graph.with_margins) if entry.margins is not None else None
+    return plain, (traced, state_avals, sym_avals), ranges, shapes, sources
+
+
+def state_avals_of(entry: Compiled, state: list) -> list:
+    return [jax.ShapeDtypeStruct(np.shape(state[v] if s else v), (state[v] if s else v).dtype)
+            for s, v in entry.sources]
+
+
+def fits(shapes: list, leaves: tuple, index: list[int], ranges: dict) -> bool:
+    """Whether a signature's array sizes are ones the symbolic program takes."""
+    bound: dict[str, int] = {}
+    for shape, i in zip(shapes, index):
+        size = leaves[i][0]
+        if len(size) != len(shape):
+            return False
+        for want, got in zip(shape, size):
+            if isinstance(want, str):
+                lo, hi = ranges.get(want, [0, None])
+                if bound.setdefault(want, got) != got or got < lo or (hi is not None and got > hi):
+                    return False
+            elif want != got:
+                return False
+    return True
+
+
+@exclusive  # torch.export runs under the rewrite's process-wide modes
+def _capture(host: DispatchHost, spec: Any, part: Part, fns: list, args: tuple, dynamic: list) -> Any:
+    from dycl_jax.capture.region import capture_call
+    return capture_call(host.root, host._body(spec, part, fns), args, host._capture_context, frozenset(), dynamic)
