@@ -175,7 +175,9 @@ def _training(model: torch.nn.Module, args: tuple, method: str, host: str, dynam
     step("lower")
     ints = int64_verdict(cap.ep.graph_module, [e.tensor for e in cap.state])
     updated = set(cap.mutations)
-    entries = [StateEntry(e.path, "batch_stat", e.tensor) if e.path in updated else e for e in cap.state]
+    # by tensor: a buffer held under two names is one variable, updated whichever name it has
+    mutated = {id(e.tensor) for e in cap.state if e.path in updated}
+    entries = [StateEntry(e.path, "batch_stat", e.tensor) if id(e.tensor) in mutated else e for e in cap.state]
     with int_scope(ints.wide):
         graph = LoweredGraph.build(cap.ep.graph_module, name=f"{type(model).__name__}.{method}")
         module, variables = build_module(entries)

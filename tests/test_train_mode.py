@@ -64,6 +64,16 @@ def _buffers(jm_state) -> dict[str, np.ndarray]:
             if isinstance(v, nnx.BatchStat)}
 
 
+def _assert_stats_match(jm, ref, step) -> None:
+    """Every buffer of the torch twin against jm's statistics: counts exact, floats within 1e-5."""
+    got = _buffers(nnx.state(jm.module))
+    for name, buf in ref.named_buffers():
+        if buf.dtype == torch.int64:
+            assert int(got[name]) == int(buf), (step, name)
+        else:
+            np.testing.assert_allclose(got[name], buf.numpy(), rtol=1e-5, atol=1e-5, err_msg=f"{step} {name}")
+
+
 def _fresh(cls=GatedExitNet, **kw):
     torch.manual_seed(0)
     model = cls(**kw)
@@ -90,12 +100,7 @@ def test_batchnorm_statistics_and_outputs_match_torch_over_steps_on_every_path()
         got_out, got_exit = jm(x.numpy())
         assert int(got_exit) == want_exit == (0 if early else 1)
         np.testing.assert_allclose(np.asarray(got_out), want_out.detach().numpy(), rtol=1e-4, atol=1e-5)
-        got = _buffers(nnx.state(jm.module))
-        for name, buf in ref.named_buffers():
-            if buf.dtype == torch.int64:
-                assert int(got[name]) == int(buf), (step, name)
-            else:
-                np.testing.assert_allclose(got[name], buf.numpy(), rtol=1e-5, atol=1e-6, err_msg=f"{step} {name}")
+        _assert_stats_match(jm, ref, step)
         seen.add((gate_open, early))
         _, decisions = jm.trace(x.numpy())  # the gate's and the exit's decisions, statistics untouched
         assert [v for _, v in decisions] == [gate_open, early]
@@ -181,59 +186,114 @@ def test_random_ops_in_an_eval_conversion_are_a_located_error_and_dispatch_is_re
         dycl_jax.to_jax(GatedExitNet(), (torch.ones(4, DIM),), train=True, host="dispatch")
 
 
-class LoopedNorm(nn.Module):
+class RefinedNorm(nn.Module):
+    """As many refinement steps as the first feature says (a tensor `while`, a BatchNorm in its
+    body), then an if/elif/else of heads, the first holding a branch of its own."""
+
     def __init__(self):
         super().__init__()
         self.bn = nn.BatchNorm1d(DIM)
+        self.heads = nn.ModuleList([nn.Sequential(nn.Linear(DIM, DIM), nn.BatchNorm1d(DIM)) for _ in range(2)])
+        self.inner = nn.BatchNorm1d(DIM, momentum=None)
 
     def forward(self, x):
+        steps = x[:, 0].mean()
+        score = x[:, 1].mean()
         n = 0
-        while x.abs().sum() > 1.0 and n < 3:
-            x = self.bn(x) * 0.5
+        while n < steps and n < 3:
+            x = x + 0.5 * self.bn(x)
             n += 1
-        return x
+        if score > 1:
+            y = self.heads[0](x)
+            if steps > 2:
+                y = self.inner(y) * 2
+        elif score > 0:
+            y = self.heads[1](x)
+        else:
+            y = x - 1
+        return y, n
 
 
 class ChainedNorm(nn.Module):
-    """Two early exits in a row: an if/elif chain, with a BatchNorm on its second path."""
+    """Early returns in a row (an elif chain once rewritten), BatchNorms on two of its paths."""
 
     def __init__(self):
         super().__init__()
         self.bn = nn.BatchNorm1d(DIM)
+        self.bn2 = nn.BatchNorm1d(DIM)
 
     def forward(self, x):
-        if x.mean() > 0:
+        if x.mean() > 1:
             return x
-        if x.sum() > 1:
+        if x.mean() > 0:
             return self.bn(x) * 2
-        return x + 1
+        return self.bn2(x) + 1
 
 
-@pytest.mark.parametrize("cls,construct", [(LoopedNorm, "while"), (ChainedNorm, "if")])
-def test_batchnorm_in_a_loop_or_an_elif_chain_is_a_located_error(cls, construct):
-    with pytest.raises(DyclError) as err:
-        dycl_jax.to_jax(cls(), (torch.randn(4, DIM),), train=True)
-    assert "running_mean" in err.value.message or "num_batches_tracked" in err.value.message
-    assert err.value.location.file == __file__ and construct in err.value.location.code
+# (steps, score) per call: loop trip counts 0, 1, 2, 3 and the bound; every head, both inner paths
+_REFINED = [(-1.0, 2.0), (0.5, 0.5), (1.5, -1.0), (2.5, 2.0), (9.0, 0.5), (1.5, 2.0), (2.5, 2.0)]
+_CHAINED = [(0.0, 2.0), (0.0, 0.5), (0.0, -1.0), (0.0, 0.5), (0.0, -1.0)]
+
+
+@pytest.mark.parametrize("cls,calls", [(RefinedNorm, _REFINED), (ChainedNorm, _CHAINED)])
+def test_batchnorm_in_loops_elif_chains_and_nested_branches_matches_torch(cls, calls):
+    """Running statistics updated inside a `while` body (a loop carry), an elif chain and nested
+    branches (an output of every level; the untaken paths pass the old values through)."""
+    model, ref = _fresh(cls)
+    g = torch.Generator().manual_seed(5)
+    x0 = torch.randn(8, DIM, generator=g)
+    jm = dycl_jax.to_jax(model, (x0,), train=True)
+    assert jm.host == "staged" and {p.rsplit(".", 1)[0] for p in jm.updated_paths} == {
+        n.rsplit(".", 1)[0] for n, _ in ref.named_buffers()}
+    for step, (steps, score) in enumerate(calls):
+        x = torch.randn(8, DIM, generator=g)
+        x[:, 0] += steps - x[:, 0].mean()
+        x[:, 1] += score - x[:, 1].mean()
+        if cls is ChainedNorm:
+            x += score - x.mean()
+        want = ref(x)
+        got = jm(x.numpy())
+        if cls is RefinedNorm:
+            assert int(got[1]) == want[1] == (0 if steps < 0 else min(3, int(steps) + 1))
+            want, got = want[0], got[0]
+        np.testing.assert_allclose(np.asarray(got), want.detach().numpy(), rtol=1e-4, atol=1e-4, err_msg=str(step))
+        _assert_stats_match(jm, ref, step)
+    counts = {n: int(b) for n, b in ref.named_buffers() if n.endswith("num_batches_tracked")}
+    if cls is RefinedNorm:  # every statistic moved, and by the trip counts: 0+1+2+3+3+2+3
+        assert counts == {"bn.num_batches_tracked": 14, "heads.0.1.num_batches_tracked": 4,
+                          "heads.1.1.num_batches_tracked": 2, "inner.num_batches_tracked": 2}
+    else:
+        assert counts == {"bn.num_batches_tracked": 2, "bn2.num_batches_tracked": 2}
 
 
 class LoopDrop(nn.Module):
-    """Dropout inside a tensor-dependent while loop: each iteration must draw its own mask."""
+    """Dropout inside a branch inside a tensor-dependent while loop: each iteration, and each
+    call, must draw its own mask."""
 
     def forward(self, x):
         acc = torch.zeros_like(x)
         n = x.sum() * 0
         while n < 2:
-            acc = acc + F.dropout(x, 0.5, self.training)
+            if x.mean() > 0:
+                acc = acc + F.dropout(x, 0.5, self.training)
+            else:
+                acc = acc - x
             n = n + 1
         return acc
 
 
-def test_each_loop_iteration_draws_its_own_mask():
+def test_each_loop_iteration_and_each_call_draws_its_own_mask():
     x = torch.ones(4, 2500)
     jm = dycl_jax.to_jax(LoopDrop(), (x,), train=True)
     acc = np.asarray(jm(x.numpy(), key=jax.random.key(3)))
-    # kept values are 2 each iteration: two independent masks give 2 on about half the elements
-    # (one mask drawn twice would give only 0 and 4)
-    assert set(np.unique(acc)) == {0.0, 2.0, 4.0} and abs((acc == 2).mean() - 0.5) < 0.02
-    assert np.array_equal(acc, np.asarray(jm(x.numpy(), key=jax.random.key(3))))
+    # kept values are exactly 1/(1-p) = 2 each iteration, kept at rate 1-p = 0.5: two independent
+    # masks give 4 / 2 / 0 on about 1/4, 1/2, 1/4 of the elements (one mask drawn twice: 0 and 4 only)
+    assert set(np.unique(acc)) == {0.0, 2.0, 4.0}
+    for value, rate in ((4.0, 0.25), (2.0, 0.5), (0.0, 0.25)):
+        assert abs((acc == value).mean() - rate) < 0.02, value
+    assert np.array_equal(acc, np.asarray(jm(x.numpy(), key=jax.random.key(3))))  # same key, same masks
+    other = np.asarray(jm(x.numpy(), key=jax.random.key(4)))
+    calls = [np.asarray(jm(x.numpy())) for _ in range(2)]  # no key: the next one of jm.rngs
+    for a, b in ((acc, other), tuple(calls)):
+        assert ((a == 2) != (b == 2)).mean() > 0.3
+    np.testing.assert_array_equal(np.asarray(jm(-x.numpy())), 2 * np.ones_like(acc))  # the other branch

@@ -146,7 +146,31 @@ def to_core_aten(ep: ExportedProgram) -> ExportedProgram:
     """Decompose an exported program to core ATen, keeping `detach` (see _core_aten_table) and
     the gradient cut of `no_grad` blocks."""
     _detach_no_grad_outputs(ep)
-    return ep.run_decompositions(_core_aten_table())
+    tied = _untie_buffers(ep)
+    out = ep.run_decompositions(_core_aten_table())
+    for program in (ep, out):  # the tie restored: one tensor under both names again
+        for name, t in tied.items():
+            if name in program.state_dict:
+                program.state_dict[name] = t
+    return out
+
+
+def _untie_buffers(ep: ExportedProgram) -> dict[str, torch.Tensor]:
+    """Give a buffer held under two names (a submodule registered twice) a distinct tensor per
+    name, for the decomposition: functionalizing an update of it (train-mode BatchNorm) would
+    otherwise need a runtime wrapper for the duplicated input, which export refuses ("expected
+    compiled_fn to be GraphModule"). The graph reads the buffer through one name only, so the
+    copies change nothing in it. Returns {second name: the shared tensor}."""
+    seen: set[int] = set()
+    tied: dict[str, torch.Tensor] = {}
+    for spec in ep.graph_signature.input_specs:
+        if spec.kind == InputKind.BUFFER and spec.persistent:
+            t = ep.state_dict[spec.target]
+            if id(t) in seen:
+                tied[spec.target] = t
+                ep.state_dict[spec.target] = t.detach().clone()
+            seen.add(id(t))
+    return tied
 
 
 def capture(

@@ -193,18 +193,6 @@ def choice(site: Site, preds: list[torch.Tensor], indices: list[int], fns: list[
     values = [t.values for t in traced]
     plan, pads = padding.unify(site, values, placeholders) if site.pad else (plans.build(site, values, placeholders), None)
     written = sorted({s for t in traced for s in t.writes})  # state slots some branch updates
-    nested = state_writes.inside_branch() or len(fns) > 2 or site.kind == "elif" or any(map(_has_branches, traced))
-    if written and nested:
-        # torch.export's set_grad pass loses the subgraphs of a cond nested in a cond branch
-        # (an elif chain is one) once either returns buffer updates ("no attribute
-        # 'true_graph_0'"): refuse it here, located, rather than with torch's message
-        _, key = ops.slots[written[0]]
-        raise DyclError(f"{site.construct}: a BatchNorm in training mode (it updates `{key}`) in an elif "
-                        "chain, or in a data-dependent branch that holds or sits in another, "
-                        "is not supported with train=True",
-                        location=site.location,
-                        fix="convert for inference (train=False), or keep BatchNorm layers in training mode "
-                            "out of nested tensor-dependent branches (e.g. a block-skipping loop with early exits)")
     if plan.n_tensors == 0 and not written:
         return plan, []
     names.record(site.label, plan.tensor_names(site))
@@ -265,11 +253,6 @@ def loop(site: Site, test_fn: Callable, body_fn: Callable, carry: tuple, invaria
                             f"{type(exc).__name__}: {exc}", location=site.location,
                             fix="keep values the loop changes usable as tensors (e.g. no list indexing with "
                             "a loop counter), or make the loop condition a Python value") from exc
-        if body.writes:
-            c, k = ops.slots[body.writes[0]]
-            raise DyclError(f"{site.construct}: its body updates the buffer `{k}` (a BatchNorm in training mode) "
-                            "inside a loop that depends on tensor values", location=site.location,
-                            fix="convert with train=False, or move the BatchNorm out of the loop")
         outs.append(body.values)
         plan = plans.build(site, [carry, *outs], "all", constants=False, merge=False)
         settled = plan.kinds() == plans.kinds(current)
@@ -293,24 +276,33 @@ def loop(site: Site, test_fn: Callable, body_fn: Callable, carry: tuple, invaria
 
     names.record(site.label, plan.tensor_names(site))
     test_gm = trace(lambda *a: (as_pred(test_fn(*a)),), ops)
-    keep = _used([test_gm, body], n)  # invariants and state the loop reads
+    # state the body updates (train-mode BatchNorm statistics) is carried too: each iteration
+    # reads the value the previous one wrote, and the last one's is written after the loop
+    written = body.writes
+    slot_ops = [final.index[s] for s in written]
+    w = len(written)
+    keep = [j for j in _used([test_gm, body], n) if n + j not in slot_ops]  # invariants and state the loop reads
 
     def full(o: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
-        return (*o[:n], *_expand(final.tensors[n:], keep, o[n:]))
+        ops_ = [*o[:n], *_expand(final.tensors[n:], keep, o[n + w:])]
+        for i, value in zip(slot_ops, o[n:n + w]):
+            ops_[i] = value
+        return tuple(ops_)
 
     def test(*o: torch.Tensor) -> torch.Tensor:
         return test_gm.replay(full(o))[0].clone()
 
     def step(*o: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        return tuple(plan.flatten(tuple(body.replay(full(o)))))
+        values, writes = body.replay_all(full(o))
+        return (*plan.flatten(tuple(values)), *(writes[s] for s in written))
 
     extra = [final.tensors[n + j] for j in keep]
-    return plan, list(while_loop_op(test, step, tuple(init), tuple(extra)))
-
-
-def _has_branches(t: Traced) -> bool:
-    """Whether a traced branch holds a cond or while_loop of its own."""
-    return any(n.op == "call_function" and n.target in (cond_op, while_loop_op) for n in t.gm.graph.nodes)
+    # the loop's own copies: a carry may not be an operand it also reads
+    state = [final.tensors[i].clone() for i in slot_ops]
+    outs = list(while_loop_op(test, step, (*init, *state), tuple(extra)))
+    for s, value in zip(written, outs[n:]):
+        state_writes.write(*final.slots[s], value)
+    return plan, outs[:n]
 
 
 def _used(traced: list[Traced], start: int) -> list[int]:

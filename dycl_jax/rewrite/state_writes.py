@@ -1,11 +1,13 @@
-"""Buffer updates made inside staged branches (train-mode BatchNorm), as branch outputs.
+"""Buffer updates made inside staged branches and loops (train-mode BatchNorm), as outputs.
 
 torch.cond and torch.while_loop refuse a branch that updates a tensor in place, and a
-BatchNorm in training mode updates its running statistics. Inside a branch being traced the
-update rebinds the module's state slot to the new tensor instead; the branch then returns the
-new values of every slot some branch of the construct wrote (the old value where this branch
-did not), and after the cond the slots are written with its outputs, in place at the top level
-(which torch.export records as a buffer mutation) or rebound again inside an outer branch.
+BatchNorm in training mode updates its running statistics. Inside a branch or loop body being
+traced the update rebinds the module's state slot to the new tensor instead; a branch then
+returns the new values of every slot some branch of the construct wrote (the old value where
+this branch did not), a loop carries them (each iteration reads the last one's), and after the
+construct the slots are written with its outputs: in place at the top level (which torch.export
+records as a buffer mutation), or rebound again inside an outer branch or loop, so an update
+flows out through every level of nesting.
 """
 from __future__ import annotations
 
@@ -38,10 +40,11 @@ def write(container: dict, key: str, value: torch.Tensor) -> None:
         container[key] = value
         written.add((id(container), key))
         return
+    if not value.requires_grad:
+        # no no_grad region: torch.export's set_grad pass would split the graph around it and
+        # lose the subgraphs of nested conds ("no attribute 'true_graph_0'")
+        container[key].copy_(value)
+        return
     with torch.no_grad():
         container[key].copy_(value)
 
-
-def inside_branch() -> bool:
-    """Whether a staged branch is being traced right now."""
-    return _WRITTEN.get() is not None
