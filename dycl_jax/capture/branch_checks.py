@@ -39,8 +39,14 @@ def _meta(v: Any) -> Any:
     return None  # e.g. a SymInt: no key
 
 
+def _plain_graph(f: Any) -> bool:
+    # a call_module node is fingerprinted by the submodule's name, not by what it computes
+    return isinstance(f, torch.fx.GraphModule) and not any(
+        n.op == "call_module" for m in f.modules() if isinstance(m, torch.fx.GraphModule) for n in m.graph.nodes)
+
+
 def _key(fns: tuple, values: tuple, *extra: Any) -> tuple | None:
-    if not all(isinstance(f, torch.fx.GraphModule) for f in fns):
+    if not all(_plain_graph(f) for f in fns):
         return None
     metas = tuple(_meta(v) for v in values)
     if any(m is None for m in metas):
