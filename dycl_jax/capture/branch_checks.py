@@ -7,7 +7,8 @@ input mutation and aliasing, every time by tracing both branches again: for a Re
 structure (ops, arguments, shapes, dtypes: `fingerprint.py`) and of the operands' metadata,
 not of which parameters the branch reads, so structurally equal branch graphs on operands of
 equal metadata share them. Only branches that are fx graphs are keyed (a Python callable has
-no structure to compare) and only a check that passed is remembered: a failing one raises
+no structure to compare; torch.export has traced the branch callables of rewrite/staged.py to
+graphs before it checks them) and only a check that passed is remembered: a failing one raises
 again, as torch decides, for every cond.
 """
 from __future__ import annotations
