@@ -7,7 +7,8 @@ input mutation and aliasing, every time by tracing both branches again: for a Re
 structure (ops, arguments, shapes, dtypes: `fingerprint.py`) and of the operands' metadata,
 not of which parameters the branch reads, so structurally equal branch graphs on operands of
 equal metadata share them. Only branches that are fx graphs are keyed (a Python callable has
-no structure to compare) and only a check that passed is remembered: a failing one raises
+no structure to compare; torch.export has traced the branch callables of rewrite/staged.py to
+graphs before it checks them) and only a check that passed is remembered: a failing one raises
 again, as torch decides, for every cond.
 """
 from __future__ import annotations
@@ -39,8 +40,14 @@ def _meta(v: Any) -> Any:
     return None  # e.g. a SymInt: no key
 
 
+def _plain_graph(f: Any) -> bool:
+    # a call_module node is fingerprinted by the submodule's name, not by what it computes
+    return isinstance(f, torch.fx.GraphModule) and not any(
+        n.op == "call_module" for m in f.modules() if isinstance(m, torch.fx.GraphModule) for n in m.graph.nodes)
+
+
 def _key(fns: tuple, values: tuple, *extra: Any) -> tuple | None:
-    if not all(isinstance(f, torch.fx.GraphModule) for f in fns):
+    if not all(_plain_graph(f) for f in fns):
         return None
     metas = tuple(_meta(v) for v in values)
     if any(m is None for m in metas):
