@@ -265,8 +265,9 @@ def test_batchnorm_in_loops_elif_chains_and_nested_branches_matches_torch(cls, c
         _assert_stats_match(jm, ref, step)
     counts = {n: int(b) for n, b in ref.named_buffers() if n.endswith("num_batches_tracked")}
     if cls is RefinedNorm:  # every statistic moved, by the trip counts 0, 1, 2, 3, 3, 2, 3 (even, odd steps)
-        assert counts == {"bn.num_batches_tracked": 9, "odd.num_batches_tracked": 5, "heads.0.1.num_batches_tracked": 4,
-                          "heads.1.1.num_batches_tracked": 2, "inner.num_batches_tracked": 2}
+        assert counts == {"bn.num_batches_tracked": 9, "odd.num_batches_tracked": 5,
+                          "heads.0.1.num_batches_tracked": 4, "heads.1.1.num_batches_tracked": 2,
+                          "inner.num_batches_tracked": 2}
     else:
         assert counts == {"bn.num_batches_tracked": 2, "bn2.num_batches_tracked": 2}
 
