@@ -40,11 +40,9 @@ def write(container: dict, key: str, value: torch.Tensor) -> None:
         container[key] = value
         written.add((id(container), key))
         return
-    if not value.requires_grad:
-        # no no_grad region: torch.export's set_grad pass would split the graph around it and
-        # lose the subgraphs of nested conds ("no attribute 'true_graph_0'")
-        container[key].copy_(value)
-        return
-    with torch.no_grad():
-        container[key].copy_(value)
+    # detached rather than copied under no_grad (a buffer update has no gradient either way): a
+    # no_grad region makes torch.export's set-grad pass split the graph around it, and that pass
+    # loses the subgraphs of nested conds ("no attribute 'true_graph_0'"). A loop's outputs
+    # require grad when any carry does, its statistics too.
+    container[key].copy_(value.detach())
 
