@@ -47,17 +47,20 @@ class _CallWrapper(torch.nn.Module):
     """forward(*tensor leaves) = fn(*args) with the non-tensor leaves of args baked in."""
 
     def __init__(self, root: torch.nn.Module, fn: Callable, leaves: list[Any], tree: Any, sink: dict,
-                 callers: frozenset = frozenset()):
+                 callers: frozenset = frozenset(), same: tuple[tuple[int, int], ...] = ()):
         super().__init__()
         self.m = root  # the model's state is lifted under `m.`, i.e. under its torch paths
         self._fn, self._leaves, self._tree, self._sink = fn, leaves, tree, sink
         self._index = [i for i, v in enumerate(leaves) if isinstance(v, torch.Tensor)]
         self._callers = callers  # leaf indices holding the caller's own tensors
+        self._same = dict(same)  # leaf -> an earlier leaf that is the same tensor for the user's code
 
     def forward(self, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
         leaves = list(self._leaves)
         for i, t in zip(self._index, tensors):
-            leaves[i] = t.clone()  # in-place updates of an input stay inside the region
+            # in-place updates of an input stay inside the region; names of one tensor share its
+            # copy (`a = v; v.add_(h)` changes `a` too), the other operand goes unread
+            leaves[i] = leaves[self._same[i]] if i in self._same else t.clone()
         versions = [leaves[i]._version for i in self._index]
         with caller_tensors([leaves[i] for i in self._callers]):  # a staged branch must not update them
             out = self._fn(*jax.tree_util.tree_unflatten(self._tree, leaves))
@@ -66,7 +69,7 @@ class _CallWrapper(torch.nn.Module):
         mutated = tuple(i for i, v in zip(self._index, versions) if leaves[i]._version != v)
         # an input returned as it came (`y = x`) stays the caller's array: identity is how the
         # host tells the caller's tensors apart, and it saves a copy
-        kept = {id(leaves[i]): i for i in self._index if i not in mutated}
+        kept = {id(leaves[i]): i for i in self._index if i not in mutated and i not in self._same}
         slots: list[int | None] = []
         constants: list[Any] = []
         passed: list[int | None] = []
@@ -107,16 +110,18 @@ def lost_update(names: Any, inputs: list[torch.Tensor], versions: list[int], out
 
 
 def capture_call(root: torch.nn.Module, fn: Callable, args: tuple, context: Callable[[], ContextManager],
-                 callers: frozenset = frozenset(), dynamic: list[dict] | None = None) -> CapturedRegion:
+                 callers: frozenset = frozenset(), same: tuple[tuple[int, int], ...] = (),
+                 dynamic: list[dict] | None = None) -> CapturedRegion:
     """Export `fn(*args)` (static shapes, or per tensor input the `dynamic` dims as `Dim.AUTO`;
     tensors in `args` are example inputs) and decompose it.
+    `same`: pairs (leaf, earlier leaf) of `args` that the user's code holds as one tensor.
 
     `context` is entered around export (the host's rewrite patches and staging mode). Errors
     propagate as raised: the host decides which of them move the region to the host.
     """
     leaves, tree = jax.tree_util.tree_flatten(args)
     sink: dict[str, Any] = {}
-    wrapper = _CallWrapper(root, fn, leaves, tree, sink, callers)
+    wrapper = _CallWrapper(root, fn, leaves, tree, sink, callers, same)
     tensors = tuple(leaves[i] for i in wrapper._index)
     start = time.perf_counter()
     with warnings.catch_warnings(), _quiet_torch_logs(), contextlib.ExitStack() as stack:

@@ -366,7 +366,7 @@ class DispatchHost:
             leaves, tree = jax.tree_util.tree_flatten(jax.tree_util.tree_map(values.open_closures, (vals, attrs)))
         if values.has_tensors(leaves):
             leaves = [values.to_jax(v) if isinstance(v, torch.Tensor) else v for v in leaves]
-        key = (tree, tuple(map(leaf_key, leaves)), torch.is_grad_enabled())
+        key = (tree, tuple(map(leaf_key, leaves)), torch.is_grad_enabled(), values.same_arrays(leaves))
         entry = part.cache.get(key)
         if isinstance(entry, Compiled):
             if entry.mutated:
@@ -458,7 +458,8 @@ class DispatchHost:
         try:
             try:
                 callers = frozenset(i for i, v in enumerate(leaves) if id(v) in self._arg_ids)
-                cap = capture_call(self.root, self._body(spec, part, fns), torch_args, self._capture_context, callers)
+                cap = capture_call(self.root, self._body(spec, part, fns), torch_args, self._capture_context, callers,
+                                   key[3])
             finally:
                 changes = self.attrs.changed(before)
                 self.attrs.restore(before)

@@ -20,6 +20,19 @@ _NONE = type(None)
 _PLAIN = (int, bool, str, bytes, _NONE, torch.dtype, torch.device, range, slice, type(Ellipsis))
 
 
+def same_arrays(leaves: list) -> tuple[tuple[int, int], ...]:
+    """(i, j) for each array leaf i that is the same object as an earlier leaf j: names bound to
+    one tensor (`a = v`), which an in-place update must change together."""
+    first: dict[int, int] = {}
+    pairs = []
+    for i, v in enumerate(leaves):
+        if isinstance(v, ARRAYS):
+            j = first.setdefault(id(v), i)
+            if j != i:
+                pairs.append((i, j))
+    return tuple(pairs)
+
+
 def leaf_key(v: Any) -> Any:
     """What a compiled region specialises on: shape and dtype of arrays, value of Python values."""
     t = type(v)  # exact types first: isinstance against jax.Array's ABC costs about 1 µs

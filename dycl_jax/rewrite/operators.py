@@ -145,8 +145,9 @@ def _check_aliases(site: Site, frame: Any) -> None:
                 location=site.location, fix=f"update a copy (`{n} = {n}.clone()` before the `if`) and return it")
         for m in dict.fromkeys((*site.inputs, *site.live_after)):
             how = _shares(local.get(m), t) if m != n and not m.startswith("_dycl_") else None
-            if how is None or (how == "same" and (m in site.names or m not in site.live_after)) \
-                    or (how == "element" and m in site.names and _holds_itself(local.get(m), t)):
+            passed_on = m in site.names or m not in site.live_after  # `own` gives it the copy
+            if how is None or (how == "same" and passed_on) \
+                    or (how == "element" and passed_on and _holds_itself(local.get(m), t)):
                 continue
             what = {"same": "is the same tensor", "element": "holds it (or a view of it)",
                     "view": "shares its memory (one is a view of the other: slicing, `.view`, `.t()`, ...)"}[how]
@@ -431,10 +432,24 @@ def own(owned: tuple, others: tuple = ()) -> tuple:
     if _PYTHON_BRANCH.get() or not _traced():
         return (*owned, *others)
     copies: dict[int, Any] = {}
+
+    def copy(t: torch.Tensor) -> torch.Tensor:
+        if id(t) not in copies:
+            copies[id(t)] = t.clone()
+        return copies[id(t)]
+
     for x in owned:
-        if id(x) not in copies:
-            copies[id(x)] = x.clone() if isinstance(x, torch.Tensor) else \
-                type(x)(x) if type(x) in (list, dict, set) else x
+        if isinstance(x, torch.Tensor):
+            copy(x)
+    for x in owned:  # a container: a new one, whose tensors (`xs[1].mul_(2)`) are copies too
+        if id(x) in copies:
+            continue
+        if type(x) in (list, tuple):
+            copies[id(x)] = type(x)(copy(e) if isinstance(e, torch.Tensor) else e for e in x)
+        elif type(x) is dict:
+            copies[id(x)] = {k: copy(e) if isinstance(e, torch.Tensor) else e for k, e in x.items()}
+        else:
+            copies[id(x)] = type(x)(x) if type(x) is set else x
     return (*(copies[id(x)] for x in owned), *(_swap(x, copies) for x in others))
 
 

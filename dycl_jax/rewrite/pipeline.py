@@ -4,6 +4,7 @@ from __future__ import annotations
 import ast
 from typing import Callable
 
+from dycl_jax.analysis.aliases import Aliases
 from dycl_jax.analysis.scopes import function_locals
 from dycl_jax.rewrite.converters import (counted_while, decode_loops, dispatch_split, helpers, host_values, jump_else, logical, loop_exits, predicates,
                                          returns, side_effects, structured, super_calls, tensor_data,
@@ -49,6 +50,7 @@ def run(ctx: Context, upto: str | None = None, dispatch: bool = False) -> ast.Fu
     if upto is not None and upto not in dict(pipeline):
         raise ValueError(f"no converter named {upto!r}")
     tree = ctx.src.tree
+    tree._dycl_aliases = Aliases(tree)  # type: ignore[attr-defined]  (of the user's code, before any rewrite)
     scopes = user_scopes(tree)[::-1]  # nested defs first
     for scope in scopes:  # converters move code into generated functions; these stay the user's locals
         scope._dycl_user_locals = function_locals(scope)  # type: ignore[attr-defined]

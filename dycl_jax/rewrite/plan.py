@@ -267,24 +267,25 @@ def build(site: Site, outputs: list[tuple[Any, ...]], placeholders: str = "retva
                   for i in range(len(flats[defined[0]][0]))]
         vars_.append(VarPlan(spec, leaves))
         for i, leaf in enumerate(leaves):
-            if not leaf.const:
-                objs = [flats[p][0][i] for p in defined]
-                whole = len(defined) == len(vals) and all(isinstance(o, torch.Tensor) for o in objs)
-                objects.append(tuple(map(id, objs)) if whole else None)
+            if not leaf.const:  # per path: the tensor's id, or None where the variable is undefined
+                objs = [flats[p][0][i] if p in flats else None for p in range(len(vals))]
+                tensors = all(o is None or isinstance(o, torch.Tensor) for o in objs)
+                objects.append(tuple(None if o is None else id(o) for o in objs) if tensors else None)
     return Plan(vars_, _same(objects) if merge else None)
 
 
-def _same(objects: list[tuple[int, ...] | None]) -> dict[int, int]:
-    """Tensor k -> the first tensor that is the same object as it on every path."""
-    first: dict[tuple[int, ...], int] = {}
-    same = {}
+def _same(objects: list[tuple[int | None, ...] | None]) -> dict[int, int]:
+    """Tensor k -> an earlier tensor j that is the same object as k on every path, or undefined
+    together with k (neither is read after such a path: both dead on an exit, say)."""
+    same: dict[int, int] = {}
     for k, key in enumerate(objects):
-        if key is None:
-            continue
-        if key in first:
-            same[k] = first[key]
-        else:
-            first[key] = k
+        for j in range(k):
+            other = objects[j]
+            if key is None or other is None or j in same or all(a is None for a in key):
+                continue
+            if key == other:
+                same[k] = j
+                break
     return same
 
 

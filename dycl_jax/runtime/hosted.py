@@ -209,6 +209,10 @@ class HostRuntime:
                         fix="before jm.export, call jm on inputs that reach these shapes and values")
 
     def _run(self, e: dict, leaves: list) -> Any:
+        if e.get("mutated") and _aliased(leaves):
+            raise CallError("this call passes one array under several names to a program that updates its inputs "
+                            "in place; the exported program would update only one of them",
+                            fix="keep this model in Python with torch (jm(...)), or pass distinct arrays")
         inputs = [self.state[v] if kind == "s" else self.constants[v] for kind, v in e["sources"]]
         tensors = [leaves[i] for i in e["tensors"]]
         scope = jax.enable_x64(True) if e["x64"] else contextlib.nullcontext()
@@ -229,6 +233,11 @@ class HostRuntime:
         if e["passed"] is not None:
             flat = [leaves[p] if p is not None else v for p, v in zip(e["passed"], flat)]
         return _build(e["out_tree"], flat)
+
+
+def _aliased(leaves: list) -> bool:
+    arrays = [id(v) for v in leaves if isinstance(v, (jax.Array, np.ndarray))]
+    return len(set(arrays)) != len(arrays)
 
 
 def _fits(e: dict, tree: str, leaves: list) -> bool:

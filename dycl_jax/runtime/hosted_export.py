@@ -139,7 +139,12 @@ class _Writer:
             index = group[0][2].tensor_leaves
             served |= {id(e) for _, l, e in group if symbolic.fits(shapes, l, index, ranges)}
             out["symbolic"].append(f"{len(group)} signatures as one program, symbols {ranges}")
-        for (tree, leaves, grad), entry in part.cache.items():
+        for (tree, leaves, grad, same), entry in part.cache.items():
+            if same and isinstance(entry, Compiled) and entry.mutated:
+                raise DyclError(
+                    f"{os.path.basename(spec.file)}:{first.line}: the {spec.label} updates in place a tensor that "
+                    "has several names here, and an exported host does not keep those names one tensor",
+                    location=where, fix="keep this model in Python with torch (jm(...)), or update one name only")
             if isinstance(entry, Compiled) and grad and id(entry) not in served:
                 out["entries"].append(self.entry(rid, k, len(out["entries"]), tree, leaves, entry, where))
         return out
@@ -169,6 +174,7 @@ class _Writer:
                  "slots": entry.slots, "constants": [None if s is not None else self.constant(c, where)
                                                      for s, c in zip(entry.slots, entry.constants)],
                  "passed": entry.passed, "x64": entry.x64, "traced": traced_fn is not None,
+                 "mutated": bool(entry.mutated),
                  "trace_sites": [list(s) for s in sites]}, shapes, ranges)
 
     def units(self, spec: Any, fname: str) -> list:
@@ -187,7 +193,7 @@ class _Writer:
         """A host statement computing data-dependent shapes: numpy code per signature (emit/host_ops.py)."""
         units = list(zip(self.units(spec, fname)[part.first:part.stop], spec.statements[part.first:part.stop]))
         out = []
-        for n, (tree, leaves, grad) in enumerate(part.cache):
+        for n, (tree, leaves, grad, _same) in enumerate(part.cache):
             values = [self.example(key) for key in leaves]
             index = [i for i, v in enumerate(values) if isinstance(v, torch.Tensor)]
 
@@ -256,6 +262,7 @@ class _Writer:
                 "constants": [None if s is not None else self.constant(c, where)
                               for s, c in zip(entry.slots, entry.constants)],
                 "passed": entry.passed, "x64": entry.x64, "traced": entry.margins is not None,
+                "mutated": bool(entry.mutated),
                 "trace_sites": [list(s) for s in sites]}
 
     def _traced(self, fn: Any, state: list, tensors: list) -> tuple[Any, list]:

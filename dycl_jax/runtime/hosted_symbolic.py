@@ -22,8 +22,8 @@ def groups(part: Part) -> list[list[tuple[Any, tuple, Compiled]]]:
     """The part's compiled signatures, grouped where only array sizes differ (and the outputs' form
     is the same); groups of one are left out."""
     out: dict[Any, list] = {}
-    for (tree, leaves, grad), entry in part.cache.items():
-        if not isinstance(entry, Compiled) or not grad:
+    for (tree, leaves, grad, same), entry in part.cache.items():
+        if not isinstance(entry, Compiled) or not grad or same:  # names of one tensor: its own program
             continue
         shape_free = tuple((len(k[0]), k[1]) if isinstance(k, tuple) and len(k) == 2 and isinstance(k[0], tuple)
                            else k for k in leaves)
@@ -149,4 +149,5 @@ def fits(shapes: list, leaves: tuple, index: list[int], ranges: dict) -> bool:
 @exclusive  # torch.export runs under the rewrite's process-wide modes
 def _capture(host: DispatchHost, spec: Any, part: Part, fns: list, args: tuple, dynamic: list) -> Any:
     from dycl_jax.capture.region import capture_call
-    return capture_call(host.root, host._body(spec, part, fns), args, host._capture_context, frozenset(), dynamic)
+    return capture_call(host.root, host._body(spec, part, fns), args, host._capture_context, frozenset(),
+                        dynamic=dynamic)

@@ -32,16 +32,15 @@ def liveness(scope: ast.FunctionDef) -> Liveness:
 
 
 def signature(live: Liveness, bodies: list[list[ast.stmt]], live_after: set[str],
-              scope: ast.FunctionDef | None = None) -> Signature:
-    """Outputs: assigned in some body and live after, and (given the scope) the names live after
-    that may hold a tensor some body updates in place: the construct returns the updated tensor
-    under each of them. Inputs: read before assigned, plus outputs."""
+              aliases: Aliases | None = None) -> Signature:
+    """Outputs: assigned in some body and live after, and (given the function's aliases) the
+    names live after that may hold a tensor some body updates in place: the construct returns
+    the updated tensor under each of them. Inputs: read before assigned, plus outputs."""
     accs = [block_access(b) for b in bodies]
     writes = set().union(*(a.writes for a in accs)) & live.locals
     outputs = writes & live_after
     updated = set().union(*(a.mutates | nested_owned(b) for a, b in zip(accs, bodies))) & live.locals
-    if updated and scope is not None:
-        aliases = Aliases(scope)
+    if updated and aliases is not None:
         outputs |= {m for m in live_after & live.locals if not m.startswith("_dycl_")
                     and any(aliases.same(m, n) for n in updated)}
     outputs = sorted(outputs)

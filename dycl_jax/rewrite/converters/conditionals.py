@@ -42,7 +42,7 @@ def convert_if(node: ast.If, block: list[ast.stmt], scope: ast.FunctionDef, ctx:
     for b in bodies:
         check_body(b, f"the `if` at line {node.lineno}", ctx.src)
     live = liveness(scope)
-    sig = signature(live, bodies, live.after(node), scope)
+    sig = signature(live, bodies, live.after(node), getattr(ctx.src.tree, "_dycl_aliases", None))
     guard = getattr(node, "_dycl_guard", False)
     kind = "guard" if guard else ("elif" if len(tests) > 1 else "if")
     if len(tests) == 1:

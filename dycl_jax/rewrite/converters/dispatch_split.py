@@ -399,6 +399,7 @@ def _stage(island: ast.FunctionDef, ctx: Context) -> None:
 
     sub = Context(dataclasses.replace(ctx.src, tree=island), ctx.sites, ctx.warnings, ctx.helpers,
                   counter=ctx.counter)
+    island._dycl_aliases = getattr(ctx.src.tree, "_dycl_aliases", None)  # type: ignore[attr-defined]  (the method's names)
     scopes = user_scopes(island)[::-1]
     for scope in scopes:
         scope._dycl_user_locals = function_locals(scope)  # type: ignore[attr-defined]
