@@ -97,6 +97,7 @@ def test_python_int_beyond_int32_in_arithmetic_is_exact():
     jm = dycl_jax.to_jax(ScalarArith().eval(), (x,))
     np.testing.assert_array_equal(np.asarray(jm(x)), (x * 3_000_000_000).numpy())
 
+
 class IntegerPowersAndProducts(torch.nn.Module):
     """Integer pow with negative exponents (0, except for the bases 1 and -1) and matrix products
     whose float alpha/beta torch truncates to integers for integer operands."""

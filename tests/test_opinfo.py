@@ -99,7 +99,8 @@ def test_known_failures_table_is_valid_and_within_goal() -> None:
         assert indices, (name, variant, dtype)
     for key in KNOWN_FAILURES:  # a limit of one dtype must show in CI, which runs only some samples
         ordinary = key[:2] in ORDINARY
-        assert len(key) == 2 or not ordinary or key in REGRESSION_SAMPLES, f"{key}: list a failing sample in REGRESSION_SAMPLES"
+        assert len(key) == 2 or not ordinary or key in REGRESSION_SAMPLES, f"{key}: list a failing sample in " \
+            "REGRESSION_SAMPLES"
     # Every listed entry not in the side table must pass (its own test fails otherwise), so
     # the side table bounds the failure rate of a green run.
     failing = {key[:2] for key in KNOWN_FAILURES if key[:2] in ORDINARY}
