@@ -39,7 +39,9 @@ def outside_int32(leaves: list[Any]) -> bool:
 
 
 def compare(expected: Any, got: Any) -> str | None:
-    """None when `got` (JAX) matches `expected` (torch) leaf by leaf; else what differs."""
+    """None when `got` (JAX) matches `expected` (torch) leaf by leaf; else what differs. A
+    torch.Size (a tuple subclass with no JAX counterpart) is compared as the tuple it is."""
+    expected = pytree.tree_map_only(torch.Size, tuple, expected, is_leaf=lambda v: isinstance(v, torch.Size))
     exp_leaves, exp_spec = pytree.tree_flatten(expected)
     got_leaves, got_spec = pytree.tree_flatten(got)
     if exp_spec != got_spec:
@@ -82,6 +84,8 @@ def identical(a: Any, b: Any) -> bool:
         return False
     for x, y in zip(la, lb):
         if isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor):
+            if x.dtype == torch.complex32:  # torch has no nan_to_num or equal for it
+                x, y = x.to(torch.complex64), y.to(torch.complex64)
             if x.is_floating_point() or x.is_complex():
                 if not torch.equal(x.isnan(), y.isnan()):
                     return False

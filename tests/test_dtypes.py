@@ -97,24 +97,31 @@ def test_python_int_beyond_int32_in_arithmetic_is_exact():
     jm = dycl_jax.to_jax(ScalarArith().eval(), (x,))
     np.testing.assert_array_equal(np.asarray(jm(x)), (x * 3_000_000_000).numpy())
 
+
 class IntegerPowersAndProducts(torch.nn.Module):
     """Integer pow with negative exponents (0, except for the bases 1 and -1) and matrix products
-    whose float alpha/beta torch truncates to integers for integer operands."""
+    whose float alpha/beta torch truncates to integers for integer operands; and a float16
+    distance whose squares pass 65504 (torch sums them in float32)."""
 
-    def forward(self, base, exps, m, v):
+    def forward(self, base, exps, m, v, half):
         powers = base ** exps, 2 ** exps, base.pow(3)
         products = (torch.addmv(v, m, v, beta=0.6, alpha=2.7), torch.addmm(m, m, m, beta=-1.5, alpha=0.9),
                     torch.baddbmm(m[None], m[None], m[None], beta=1.2, alpha=-2.2))
-        return *powers, *products
+        return *powers, *products, torch.dist(half, -half)
 
 
-def test_integer_pow_and_scaled_products_match_torch():
+def test_integer_pow_scaled_products_and_half_dist_match_torch():
     base = torch.tensor([0, 1, -1, 5, -3, 5, -1, 7, 6], dtype=torch.int32)  # jnp.power wraps 5 ** -8
     exps = torch.tensor([-1, -4, -3, -8, 3, -1, -7, 2, -5], dtype=torch.int32)
     g = torch.Generator().manual_seed(0)
     m, v = torch.randint(-5, 6, (4, 4), generator=g, dtype=torch.int32), torch.arange(4, dtype=torch.int32)
-    model = IntegerPowersAndProducts()
-    jm = dycl_jax.to_jax(model, (base, exps, m, v), dynamic_batch=False)
-    for want, got in zip(model(base, exps, m, v), jm(base, exps, m, v)):
+    half = torch.full((6,), 150.0, dtype=torch.float16)  # (2 * 150)^2 = 90000 overflows float16
+    model, args = IntegerPowersAndProducts(), (base, exps, m, v, half)
+    jm = dycl_jax.to_jax(model, args, dynamic_batch=False)
+    *ints, dist = jm(*args)
+    *want_ints, want_dist = model(*args)
+    for want, got in zip(want_ints, ints):
         assert str(np.asarray(got).dtype) == "int32"
         np.testing.assert_array_equal(np.asarray(got), want.numpy())
+    assert str(np.asarray(dist).dtype) == "float16"
+    np.testing.assert_allclose(np.asarray(dist, np.float32), want_dist.float().numpy(), rtol=2e-3)

@@ -384,7 +384,8 @@ def test_ldl_factor_and_solve_with_one_and_two_by_two_pivots() -> None:
     mats[-1, :, 0] = mats[-1, 0, :] = 0  # a zero column: info 1, no elimination at that step
 
     def fn(ld, p, b, mats):
-        return torch.linalg.ldl_solve(ld, p, b), tuple(torch.linalg.ldl_factor_ex(mats)), tuple(torch.linalg.ldl_factor(mats[:-1]))
+        factors = tuple(torch.linalg.ldl_factor_ex(mats)), tuple(torch.linalg.ldl_factor(mats[:-1]))
+        return torch.linalg.ldl_solve(ld, p, b), *factors
 
     args = (ld, pivots, torch.randn(3, 5, 2, generator=g), mats)
     jm = check(Fn(fn), *args)

@@ -83,7 +83,8 @@ def _step(n: int, alpha):
             wkp1 = d21 * (_product(d22, ck1, opaque) - ck)
             far = idx > k + 1
             block = far[:, None] & far[None, :]
-            upd = jnp.where(block, s - _product(ck[:, None], wk[None, :], opaque) - _product(ck1[:, None], wkp1[None, :], opaque), s)
+            rank2 = s - _product(ck[:, None], wk[None, :], opaque) - _product(ck1[:, None], wkp1[None, :], opaque)
+            upd = jnp.where(block, rank2, s)
             upd = jnp.where(far[:, None] & (cols == k), wk[:, None], upd)
             upd = jnp.where(far[:, None] & (cols == k + 1), wkp1[:, None], upd)
             return mirror(upd)

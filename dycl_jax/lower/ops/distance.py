@@ -42,4 +42,6 @@ def cdist_forward(x1, x2, p, compute_mode=None):
 @register(aten.dist.default)
 def dist(a, b, p=2):
     d = (a - b).reshape(-1)
+    if d.dtype in (jnp.float16, jnp.bfloat16):  # torch's norm accumulates half inputs in float32
+        return _safe_norm(d.astype(jnp.float32), float(p)).astype(d.dtype)
     return _safe_norm(d, float(p))
