@@ -19,9 +19,9 @@ SOURCE = "flax"  # jm.emit: model.py and its weights
 def write_outputs(jm: Any, report: Any, out_dir: str, err: Console) -> list[str]:
     """Write the report, the deployable artifact and the emitted source under `out_dir`.
 
-    A part the model cannot have (a dispatch-host model has no single program to export or
-    emit) is skipped with its reason on stderr; the others are still written. Returns the
-    reasons of the parts skipped."""
+    A part the model cannot have (a dispatch-host model emits no Flax source; its artifact holds
+    the region signatures its conversion and `--check` ran) is skipped with its reason on
+    stderr; the others are still written. Returns the reasons of the parts skipped."""
     from dycl_jax.report.record import report_to_dict
 
     root = Path(out_dir)

@@ -22,6 +22,8 @@ _NAMES = {"Undefined", "NOT_STAGED"}
 # what a plain-Python statement may do to an array: read Python values out of it
 _ARRAY_READS = {"item", "tolist", "shape", "append", "extend", "ndim"}
 _MODULES = {np: "numpy", math: "math"}
+# what a statement computing Python values from sizes only may read (runs on `ShapeView`s)
+SHAPE_READS = {"shape", "numel", "size", "dim", "ndim"}
 
 
 @dataclass
@@ -155,7 +157,7 @@ _MISSING = object()
 
 
 def plain_statement(spec: RegionSpec, first: int, stop: int, program: HostProgram, fname: str,
-                    arrays: bool) -> str | None:
+                    arrays: bool, reads: set[str] = _ARRAY_READS) -> str | None:
     """Why statements [first, stop) cannot run as plain Python on numpy values (None: they can).
     With `arrays`, arrays come in: only Python values may be read out of them (`.item()`,
     `.tolist()`); a torch function or any other tensor method would need torch."""
@@ -166,7 +168,7 @@ def plain_statement(spec: RegionSpec, first: int, stop: int, program: HostProgra
             if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "_dycl_ops" \
                     and node.attr not in _NAMES:
                 return f"it calls the rewrite's operator `{node.attr}`"
-            if isinstance(node, ast.Attribute) and arrays and node.attr not in _ARRAY_READS \
+            if isinstance(node, ast.Attribute) and arrays and node.attr not in reads \
                     and not (isinstance(node.value, ast.Name) and namespace.get(node.value.id) in _MODULES):
                 if not (isinstance(node.value, ast.Name) and node.value.id in ("self", "_dycl_ops")):
                     return f"it reads `.{node.attr}` of a value, which is a torch method on a tensor"

@@ -87,6 +87,23 @@ class ModuleRef:
         return f"<module {self._path or '(root)'}>"
 
 
+class ShapeView:
+    """An array as a statement that reads only its sizes sees it (`x.numel()`, `x.size(0)`, `x.shape`)."""
+
+    def __init__(self, a: Any) -> None:
+        self.shape = tuple(a.shape)
+        self.ndim = len(self.shape)
+
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+    def size(self, dim: int | None = None) -> Any:
+        return self.shape if dim is None else self.shape[dim]
+
+    def dim(self) -> int:
+        return self.ndim
+
+
 def _leaf_key(v: Any) -> list:
     """The JSON form of a signature leaf (as hosted_export.py writes it)."""
     if isinstance(v, (jax.Array, np.ndarray)):
@@ -190,6 +207,12 @@ class HostRuntime:
         entry = next((e for e in part["entries"] if "ranges" in e and _fits(e, str(tree), leaves)), None)
         if entry is not None:  # a program with symbolic sizes
             return self._run(entry, leaves)[0]
+        if "sizes" in part:  # statements computing Python values from sizes only
+            env = dict(zip(part["ins"], jax.tree_util.tree_map(
+                lambda v: ShapeView(v) if isinstance(v, (jax.Array, np.ndarray)) else v, vals)))
+            for name, ins, outs in part["sizes"]:
+                env.update(zip(outs, self.namespace[name](*[env[n] for n in ins])))
+            return tuple(env[n] for n in part["outs"])
         fn = self.numpy_fns[rid][k].get(self._entry_key(str(tree), [_leaf_key(v) for v in leaves]))
         if fn is not None:  # a host statement with data-dependent shapes, as numpy code for this signature
             arrays = [v for v in leaves if isinstance(v, (jax.Array, np.ndarray))]

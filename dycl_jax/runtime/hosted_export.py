@@ -18,7 +18,7 @@ from safetensors.flax import save_file
 
 from dycl_jax import __version__
 from dycl_jax.emit.host_ops import numpy_statement
-from dycl_jax.emit.host_program import HostProgram, host_program, plain_statement
+from dycl_jax.emit.host_program import SHAPE_READS, HostProgram, host_program, plain_statement
 from dycl_jax.errors import DyclError, Location
 from dycl_jax.host.dispatch import DIRECT, EAGER, Compiled, DispatchHost, Part
 from dycl_jax.lower.decision_log import DecisionLog
@@ -127,6 +127,14 @@ class _Writer:
             sts = [(self.program.statement_name(fname, s.fn), s) for s in spec.statements[part.first:part.stop]]
             self.statements.update(n for n, _ in sts)
             out["python"] = [[n, list(s.ins), list(s.outs)] for n, s in sts]
+        compiled = [e for e in part.cache.values() if isinstance(e, Compiled)]
+        if compiled and not on_host and all(s is None for e in compiled for s in e.slots) \
+                and all(p is None for e in compiled for p in (e.passed or ())) \
+                and plain_statement(spec, part.first, part.stop, self.program, fname, True, SHAPE_READS) is None:
+            # Python values from sizes only (`sel.numel() == 0`): the statements, run on sizes, serve any shape
+            sts = [(self.program.statement_name(fname, s.fn), s) for s in spec.statements[part.first:part.stop]]
+            self.statements.update(n for n, _ in sts)
+            out["sizes"] = [[n, list(s.ins), list(s.outs)] for n, s in sts]
         served: set[int] = set()  # signatures a symbolic program takes
         out["symbolic"] = []
         for group in symbolic.groups(part):
@@ -134,8 +142,8 @@ class _Writer:
             if isinstance(result, str):
                 out["symbolic"].append(f"{len(group)} signatures kept apart: {result}")
                 continue
-            entry, shapes, ranges = result
-            out["entries"].append(entry)
+            entries, shapes, ranges = result
+            out["entries"] += entries
             index = group[0][2].tensor_leaves
             served |= {id(e) for _, l, e in group if symbolic.fits(shapes, l, index, ranges)}
             out["symbolic"].append(f"{len(group)} signatures as one program, symbols {ranges}")
@@ -150,7 +158,7 @@ class _Writer:
         return out
 
     def symbolic(self, spec: Any, rid: int, k: int, part: Part, fname: str, group: list, n: int,
-                 where: Location) -> tuple[dict, list, dict] | str:
+                 where: Location) -> tuple[list[dict], list, dict] | str:
         """One entry with symbolic sizes for `group` (hosted_symbolic.py), or why not."""
         fns = self.units(spec, fname)
         result = symbolic.symbolic_program(self.host, spec, part, fns, group, self.example, self.state)
@@ -161,21 +169,32 @@ class _Writer:
         keys = [self.leaf_key(key, where) for key in leaves]
         for shape, i in zip(shapes, entry.tensor_leaves):
             keys[i] = ["a", shape, keys[i][2]]
-        name = f"r{rid}p{k}e{n}"
+        made = [self.exported(f"r{rid}p{k}e{n}", tree, keys, sources, entry, plain, traced_fn, state_avals,
+                              sym_avals, where, ranges)]
+        for m, (small, plain1, traced1, avals1, tensors1, sources1) in enumerate(symbolic.small_sizes(
+                self.host, spec, part, fns, group, self.example, self.state, shapes, ranges)):
+            made.append(self.exported(f"r{rid}p{k}e{n}s{m}", tree, [self.leaf_key(key, where) for key in small],
+                                      sources1, entry, plain1, traced1, avals1, tensors1, where))
+        return made, shapes, ranges
+
+    def exported(self, name: str, tree: Any, keys: list, sources: list, entry: Compiled, plain: Any,
+                 traced_fn: Any, state_avals: list, tensor_avals: list, where: Location,
+                 ranges: dict | None = None) -> dict:
+        """The manifest entry of a program exported here (its files written with it)."""
         self.files[f"{name}.stablehlo"] = plain.serialize()
         sites: list = []
         if traced_fn is not None:
             with int_scope(entry.x64):
-                traced, sites = self._traced(traced_fn, state_avals, sym_avals)
+                traced, sites = self._traced(traced_fn, state_avals, tensor_avals)
             self.files[f"{name}.trace.stablehlo"] = traced.serialize()
-        return ({"name": name, "tree": str(tree), "key": keys, "ranges": ranges,
-                 "sources": [["s", v] if s else ["c", self.array_constant(v)] for s, v in sources],
-                 "tensors": entry.tensor_leaves, "out_tree": _tree_json(entry.out_tree, len(entry.slots)),
-                 "slots": entry.slots, "constants": [None if s is not None else self.constant(c, where)
-                                                     for s, c in zip(entry.slots, entry.constants)],
-                 "passed": entry.passed, "x64": entry.x64, "traced": traced_fn is not None,
-                 "mutated": bool(entry.mutated),
-                 "trace_sites": [list(s) for s in sites]}, shapes, ranges)
+        out = {"name": name, "tree": str(tree), "key": keys,
+               "sources": [["s", v] if s else ["c", self.array_constant(v)] for s, v in sources],
+               "tensors": entry.tensor_leaves, "out_tree": _tree_json(entry.out_tree, len(entry.slots)),
+               "slots": entry.slots, "constants": [None if s is not None else self.constant(c, where)
+                                                   for s, c in zip(entry.slots, entry.constants)],
+               "passed": entry.passed, "x64": entry.x64, "traced": traced_fn is not None,
+               "mutated": bool(entry.mutated), "trace_sites": [list(s) for s in sites]}
+        return {**out, "ranges": ranges} if ranges is not None else out
 
     def units(self, spec: Any, fname: str) -> list:
         """The region's statement functions, compiled from the rewrite's code (torch code)."""
@@ -239,31 +258,16 @@ class _Writer:
         return value
 
     def entry(self, rid: int, k: int, n: int, tree: Any, leaves: tuple, entry: Compiled, where: Location) -> dict:
+        """One compiled signature as it is."""
         keys = [self.leaf_key(key, where) for key in leaves]
-        state_avals, sources = [], []
-        for is_state, v in entry.sources:
-            value = self.state[v] if is_state else v
-            state_avals.append(jax.ShapeDtypeStruct(np.shape(value), value.dtype))
-            sources.append(["s", v] if is_state else ["c", self.array_constant(v)])
+        state_avals = [jax.ShapeDtypeStruct(np.shape(self.state[v] if s else v), (self.state[v] if s else v).dtype)
+                       for s, v in entry.sources]
         tensor_avals = [jax.ShapeDtypeStruct(tuple(keys[i][1]), np.dtype(keys[i][2])) for i in entry.tensor_leaves]
-        fn = getattr(entry.fn, "__wrapped__", entry.fn)  # the plain function: never a trace cached under a recorder
-        name = f"r{rid}p{k}e{n}"
-        with int_scope(entry.x64):
-            plain = _export(fn, state_avals, tensor_avals)
-            self.files[f"{name}.stablehlo"] = plain.serialize()
-            sites: list = []
-            if entry.margins is not None:
-                traced, sites = self._traced(getattr(entry.margins, "__wrapped__", entry.margins), state_avals,
-                                             tensor_avals)
-                self.files[f"{name}.trace.stablehlo"] = traced.serialize()
-        n_out = len(entry.slots)
-        return {"name": name, "tree": str(tree), "key": keys, "sources": sources, "tensors": entry.tensor_leaves,
-                "out_tree": _tree_json(entry.out_tree, n_out), "slots": entry.slots,
-                "constants": [None if s is not None else self.constant(c, where)
-                              for s, c in zip(entry.slots, entry.constants)],
-                "passed": entry.passed, "x64": entry.x64, "traced": entry.margins is not None,
-                "mutated": bool(entry.mutated),
-                "trace_sites": [list(s) for s in sites]}
+        with int_scope(entry.x64):  # the plain functions: never a trace cached under a recorder
+            plain = _export(getattr(entry.fn, "__wrapped__", entry.fn), state_avals, tensor_avals)
+        traced = getattr(entry.margins, "__wrapped__", entry.margins)
+        return self.exported(f"r{rid}p{k}e{n}", tree, keys, entry.sources, entry, plain, traced, state_avals,
+                             tensor_avals, where)
 
     def _traced(self, fn: Any, state: list, tensors: list) -> tuple[Any, list]:
         log = DecisionLog(self.capacity)

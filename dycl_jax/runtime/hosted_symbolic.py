@@ -16,6 +16,7 @@ from dycl_jax.host.dispatch import Compiled, DispatchHost, Part
 from dycl_jax.lower.int_ranges import int_scope
 from dycl_jax.lower.interpreter import LoweredGraph
 from dycl_jax.rewrite.modes import exclusive
+from dycl_jax.runtime.artifact import _export
 
 
 def groups(part: Part) -> list[list[tuple[Any, tuple, Compiled]]]:
@@ -69,7 +70,6 @@ def symbolic_program(host: DispatchHost, spec: Any, part: Part, fns: list[Callab
     gm = cap.ep.graph_module
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     n_state = len(cap.state)
-    used = [i for i in range(n_state) if placeholders[i].users]
     shapes: list[list] = []
     names: list[str] = []
     for node in placeholders[n_state:]:
@@ -92,24 +92,13 @@ def symbolic_program(host: DispatchHost, spec: Any, part: Part, fns: list[Callab
             hi = None if str(vr.upper).endswith("oo") else int(vr.upper)  # int_oo: unbounded
             ranges[str(sym)] = [int(vr.lower), hi]
     with int_scope(entry.x64):
-        graph = LoweredGraph.build(gm, name=spec.label)
-
-        def run(s: list, t: list, call: Callable = graph) -> tuple:
-            full: list[Any] = [None] * n_state
-            for i, v in zip(used, s):
-                full[i] = v
-            return call(*full, *t)
-
-        sources = [(True, host.path_index[e.path]) if e.kind != "constant" and e.path in host.path_index
-                   else (False, values.to_jax(e.tensor)) for e in (cap.state[i] for i in used)]
-        state_avals = [jax.ShapeDtypeStruct(np.shape(state[v] if is_state else v), (state[v] if is_state else v).dtype)
-                       for is_state, v in sources]
+        run, graph, sources, state_avals = lowered(host, spec, cap, state)
         dims = dict(zip(names, jax_export.symbolic_shape(",".join(names))))
         dtypes = [g for g in (leaves[i][1] for i in index)]
         sym_avals = [jax.ShapeDtypeStruct(tuple(dims[d] if isinstance(d, str) else d for d in shape), dt)
                      for shape, dt in zip(shapes, dtypes)]
         try:
-            plain = jax_export.export(jax.jit(run))(state_avals, sym_avals)
+            plain = _export(run, state_avals, sym_avals)
         except Exception as exc:  # noqa: BLE001 - the lowering needs static sizes somewhere: per signature instead
             return f"jax.export with symbolic sizes: {type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
         for t2, l2, e2 in group:  # every signature it replaces gives the same output shapes
@@ -122,6 +111,60 @@ def symbolic_program(host: DispatchHost, spec: Any, part: Part, fns: list[Callab
                 return "the symbolic program gives other output shapes than a compiled signature"
     traced = functools.partial(run, call=graph.with_margins) if entry.margins is not None else None
     return plain, (traced, state_avals, sym_avals), ranges, shapes, sources
+
+
+def lowered(host: DispatchHost, spec: Any, cap: Any, state: list) -> tuple[Callable, Any, list, list]:
+    """A captured region as `run(state inputs, tensors)` (as the dispatch host builds it), its
+    lowered graph, its state sources and their avals."""
+    gm = cap.ep.graph_module
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    n_state = len(cap.state)
+    used = [i for i in range(n_state) if placeholders[i].users]
+    graph = LoweredGraph.build(gm, name=spec.label)
+
+    def run(s: list, t: list, call: Callable = graph) -> tuple:
+        full: list[Any] = [None] * n_state
+        for i, v in zip(used, s):
+            full[i] = v
+        return call(*full, *t)
+
+    sources = [(True, host.path_index[e.path]) if e.kind != "constant" and e.path in host.path_index
+               else (False, values.to_jax(e.tensor)) for e in (cap.state[i] for i in used)]
+    state_avals = [jax.ShapeDtypeStruct(np.shape(state[v] if is_state else v), (state[v] if is_state else v).dtype)
+                   for is_state, v in sources]
+    return run, graph, sources, state_avals
+
+
+def small_sizes(host: DispatchHost, spec: Any, part: Part, fns: list, group: list, example: Callable,
+                state: list, shapes: list, ranges: dict) -> list[tuple]:
+    """Signatures at sizes 1 and 0 of a group's only symbol (torch specialises those, so the
+    symbolic program starts at 2), captured with static shapes: (leaves, plain export, traced
+    fn, state avals, tensor avals, sources) for each that captures with the group's output form."""
+    if len(ranges) != 1:
+        return []
+    (sym, (lo, _)), = ranges.items()
+    tree, leaves, entry = group[0]
+    out = []
+    for size in range(min(lo, 2)):
+        keys = list(leaves)
+        for shape, i in zip(shapes, entry.tensor_leaves):
+            keys[i] = (tuple(size if d == sym else d for d in shape), leaves[i][1])
+        if any(tuple(k) == tuple(keys) for _, k, _ in group):
+            continue  # compiled already
+        vals = [example(k) for k in keys]
+        try:
+            cap = _capture(host, spec, part, fns, tuple(jax.tree_util.tree_unflatten(tree, vals)), None)
+            if (cap.slots, str(cap.out_tree)) != (entry.slots, str(entry.out_tree)):
+                continue
+            with int_scope(entry.x64):
+                run, graph, sources, state_avals = lowered(host, spec, cap, state)
+                tensors = [jax.ShapeDtypeStruct(tuple(keys[i][0]), keys[i][1]) for i in entry.tensor_leaves]
+                plain = _export(run, state_avals, tensors)
+        except Exception:  # noqa: BLE001 - a size the statements cannot take (e.g. an empty reduction): not served
+            continue
+        traced = functools.partial(run, call=graph.with_margins) if entry.margins is not None else None
+        out.append((tuple(keys), plain, traced, state_avals, tensors, sources))
+    return out
 
 
 def state_avals_of(entry: Compiled, state: list) -> list:
