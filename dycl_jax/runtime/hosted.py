@@ -116,6 +116,8 @@ def _leaf_key(v: Any) -> list:
         return ["f", v.hex()]
     if isinstance(v, np.generic):
         return ["g", v.dtype.name, v.item()]
+    if type(v) is range:
+        return ["r", v.start, v.stop, v.step]
     return ["p", type(v).__name__, v]
 
 
@@ -296,6 +298,8 @@ def _constant(c: list, rt: HostRuntime) -> Any:
         return float.fromhex(c[1])
     if kind == "g":
         return np.dtype(c[1]).type(c[2])
+    if kind == "r":
+        return range(*c[1:])
     return c[2]
 
 

@@ -67,6 +67,8 @@ class _Writer:
             return ["p", kind.__name__, value]
         if isinstance(kind, type) and issubclass(kind, np.generic):
             return ["g", np.dtype(kind).name, value]
+        if kind is range:
+            return ["r", value.start, value.stop, value.step]
         raise DyclError(f"a region of the host program takes a {getattr(kind, '__name__', kind)} value, which an "
                         "exported host cannot key its programs on", location=where,
                         fix="pass tensors, Python numbers or strings between the host program's statements")
@@ -83,6 +85,8 @@ class _Writer:
             return ["p", type(value).__name__, value]
         if isinstance(value, np.generic):
             return ["g", value.dtype.name, value.item()]
+        if type(value) is range:
+            return ["r", value.start, value.stop, value.step]
         raise DyclError(f"a region of the host program returns a {type(value).__name__}, which an exported host "
                         "cannot hold", location=where, fix="return tensors or Python numbers from the statement")
 
