@@ -64,6 +64,28 @@ def test_auto_dispatches_and_matches_torch(name: str) -> None:
     reason = jm.report().dispatch_reason
     assert f"{name}.py:" in reason, reason  # names the user's construct that needs dispatch
     _check_every_path(name, "auto")
+    if name == "captioning_teacher":
+        _check_step_index_is_symbolic(jm)
+
+
+def _check_step_index_is_symbolic(jm) -> None:
+    """The decode step `t` only indexes (`embeddings[:n, t]`, `predictions[:n, t] = ...`): the
+    loop body compiles once per shape signature, not once per value of `t`."""
+    mod = load("captioning_teacher")
+    shapes = set()  # (longest length, rows decoded at t, rows of h before the step) met by the inputs
+    for _, _, lengths in mod.inputs(N_INPUTS):
+        decode = sorted((lengths.squeeze(1) - 1).tolist(), reverse=True)
+        rows = len(decode)
+        for t in range(max(decode)):
+            n = sum(l > t for l in decode)
+            shapes.add((max(decode), n, rows))
+            rows = n
+    loop = [p for st in jm._fn.regions.values() for p in st.parts if "t" in p.ins and "h" in p.ins]
+    assert len(loop) == 1, [p.ins for p in loop]
+    compiled = [e for e in loop[0].cache.values() if isinstance(e, Compiled)]
+    t_leaf = loop[0].ins.index("t")  # one leaf per name before it (arrays, ints, the module)
+    assert sum(t_leaf in e.symbolic for e in compiled) >= len(compiled) // 2, "t is still a compile-time constant"
+    assert len(compiled) <= len(shapes), (len(compiled), len(shapes))
 
 
 @pytest.mark.parametrize("name", MODELS)

@@ -13,6 +13,7 @@ import numpy as np
 import torch
 from torch.export import ExportedProgram
 
+from dycl_jax.capture import int_inputs
 from dycl_jax.capture.export import StateEntry, _eval_mode, _quiet_torch_logs, _state_entries, to_core_aten
 from dycl_jax.errors import CaptureError
 from dycl_jax.rewrite.modes import caller_tensors
@@ -41,39 +42,50 @@ class CapturedRegion:
     seconds: float
     mutated: tuple[int, ...] = ()  # argument leaves the region updates in place
     passed: list[int | None] | None = None  # per output leaf: the argument leaf it returns unchanged
+    inputs: tuple[int, ...] = ()  # argument leaf of each graph input: tensors and symbolic ints
+    ints: int_inputs.SymbolicInts | None = None  # the Python ints exported as symbols, if any
 
 
 class _CallWrapper(torch.nn.Module):
     """forward(*tensor leaves) = fn(*args) with the non-tensor leaves of args baked in."""
 
     def __init__(self, root: torch.nn.Module, fn: Callable, leaves: list[Any], tree: Any, sink: dict,
-                 callers: frozenset = frozenset(), same: tuple[tuple[int, int], ...] = ()):
+                 callers: frozenset = frozenset(), same: tuple[tuple[int, int], ...] = (),
+                 dynamic: frozenset = frozenset()):
         super().__init__()
         self.m = root  # the model's state is lifted under `m.`, i.e. under its torch paths
         self._fn, self._leaves, self._tree, self._sink = fn, leaves, tree, sink
-        self._index = [i for i, v in enumerate(leaves) if isinstance(v, torch.Tensor)]
+        self._tensors = [i for i, v in enumerate(leaves) if isinstance(v, torch.Tensor)]
+        # graph inputs: the tensors and the Python ints exported as symbols, in leaf order
+        self._index = sorted(set(self._tensors) | dynamic)
         self._callers = callers  # leaf indices holding the caller's own tensors
         self._same = dict(same)  # leaf -> an earlier leaf that is the same tensor for the user's code
 
-    def forward(self, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    def forward(self, *inputs: Any) -> tuple[torch.Tensor, ...]:
         leaves = list(self._leaves)
-        for i, t in zip(self._index, tensors):
+        for i, t in zip(self._index, inputs):
             # in-place updates of an input stay inside the region; names of one tensor share its
             # copy (`a = v; v.add_(h)` changes `a` too), the other operand goes unread
-            leaves[i] = leaves[self._same[i]] if i in self._same else t.clone()
-        versions = [leaves[i]._version for i in self._index]
+            if not isinstance(t, torch.Tensor):
+                leaves[i] = t
+            else:
+                leaves[i] = leaves[self._same[i]] if i in self._same else t.clone()
+        versions = [leaves[i]._version for i in self._tensors]
         with caller_tensors([leaves[i] for i in self._callers]):  # a staged branch must not update them
             out = self._fn(*jax.tree_util.tree_unflatten(self._tree, leaves))
         flat, tree = jax.tree_util.tree_flatten(out)
-        lost_update(self._leaves, [leaves[i] for i in self._index], versions, flat)
-        mutated = tuple(i for i, v in zip(self._index, versions) if leaves[i]._version != v)
+        lost_update(self._leaves, [leaves[i] for i in self._tensors], versions, flat)
+        mutated = tuple(i for i, v in zip(self._tensors, versions) if leaves[i]._version != v)
         # an input returned as it came (`y = x`) stays the caller's array: identity is how the
         # host tells the caller's tensors apart, and it saves a copy
         kept = {id(leaves[i]): i for i in self._index if i not in mutated and i not in self._same}
+        symbols = {s: i for i in self._index if (s := int_inputs.symbol_of(leaves[i])) is not None}
         slots: list[int | None] = []
         constants: list[Any] = []
         passed: list[int | None] = []
         results: list[torch.Tensor] = []
+        computed: list[int_inputs.IntResult] = []  # ints and bools the host computes from the call's ints
+        unresolved: set = set()  # symbols behind an output the host cannot compute: they must be static
         made: dict[int, int] = {}  # id of an output tensor -> its slot: names of one tensor get one array
         for v in flat:
             passed.append(kept.get(id(v)))
@@ -88,15 +100,30 @@ class _CallWrapper(torch.nn.Module):
                 slots.append(len(results))
                 constants.append(None)
                 results.append(v)
+            elif isinstance(v, (torch.SymInt, torch.SymFloat, torch.SymBool)) and symbols \
+                    and v.node.expr.free_symbols <= set(symbols):  # from the Python ints the region got
+                if isinstance(v, torch.SymFloat):
+                    unresolved |= v.node.expr.free_symbols
+                else:
+                    computed.append(int_inputs.int_result(len(slots), v, symbols))
+                slots.append(None)
+                constants.append(None)
             elif isinstance(v, (torch.SymInt, torch.SymFloat, torch.SymBool)):
                 raise HostValueError(f"a Python value computed from tensor data ({type(v).__name__} {v})")
             elif isinstance(v, _CONSTANT_TYPES):
+                # a slice or size holding a symbolic int is no constant: those ints must be static
+                unresolved |= {s for p in _parts(v) if isinstance(p, torch.SymInt) for s in p.node.expr.free_symbols}
                 slots.append(None)
                 constants.append(v)
             else:
                 raise HostValueError(f"a {type(v).__name__} object, which is not a tensor or a Python constant")
-        self._sink.update(tree=tree, slots=slots, constants=constants, mutated=mutated, passed=passed)
+        self._sink.update(tree=tree, slots=slots, constants=constants, mutated=mutated, passed=passed,
+                          computed=computed, unresolved=unresolved)
         return tuple(results)
+
+
+def _parts(v: Any) -> tuple:
+    return (v.start, v.stop, v.step) if isinstance(v, slice) else tuple(v) if isinstance(v, torch.Size) else ()
 
 
 def lost_update(names: Any, inputs: list[torch.Tensor], versions: list[int], outputs: list[Any]) -> None:
@@ -111,27 +138,37 @@ def lost_update(names: Any, inputs: list[torch.Tensor], versions: list[int], out
 
 def capture_call(root: torch.nn.Module, fn: Callable, args: tuple, context: Callable[[], ContextManager],
                  callers: frozenset = frozenset(), same: tuple[tuple[int, int], ...] = (),
-                 dynamic: list[dict] | None = None) -> CapturedRegion:
-    """Export `fn(*args)` (static shapes, or per tensor input the `dynamic` dims as `Dim.AUTO`;
-    tensors in `args` are example inputs) and decompose it.
-    `same`: pairs (leaf, earlier leaf) of `args` that the user's code holds as one tensor.
+                 dynamic: frozenset = frozenset(), dims: list[list[int]] | None = None) -> CapturedRegion:
+    """Export `fn(*args)` (tensors in `args` are example inputs) and decompose it.
 
-    `context` is entered around export (the host's rewrite patches and staging mode). Errors
-    propagate as raised: the host decides which of them move the region to the host.
+    `same`: pairs (leaf, earlier leaf) of `args` that the user's code holds as one tensor.
+    `dims`: per tensor input, the dimensions exported as `Dim.AUTO` (static shapes if None).
+
+    The int leaves in `dynamic` are exported as symbolic ints (see int_inputs.py); the result's
+    `ints` says which of them must be static after all. `context` is entered around export
+    (the host's rewrite patches and staging mode). Errors propagate as raised: the host decides
+    which of them move the region to the host.
     """
     leaves, tree = jax.tree_util.tree_flatten(args)
     sink: dict[str, Any] = {}
-    wrapper = _CallWrapper(root, fn, leaves, tree, sink, callers, same)
-    tensors = tuple(leaves[i] for i in wrapper._index)
+    wrapper = _CallWrapper(root, fn, leaves, tree, sink, callers, same, dynamic)
+    inputs = tuple(leaves[i] for i in wrapper._index)
     start = time.perf_counter()
     with warnings.catch_warnings(), _quiet_torch_logs(), contextlib.ExitStack() as stack:
         warnings.simplefilter("ignore")
         stack.enter_context(context())
         stack.enter_context(_eval_mode(root))  # warnings are off here: to_jax warned once already
-        # one entry, for the wrapper's `*tensors`: per tensor its dynamic dims
-        shapes = None if dynamic is None else (tuple({d: torch.export.Dim.AUTO for d in dims} for dims in dynamic),)
-        ep = torch.export.export(wrapper, tensors, dynamic_shapes=shapes)
+        if dims is not None:  # one entry, for the wrapper's `*inputs`: per tensor its dynamic dims
+            if dynamic:
+                raise ValueError("symbolic ints and dynamic tensor dims are not captured together")
+            shapes = (tuple({d: torch.export.Dim.AUTO for d in ds} for ds in dims),)
+        else:
+            shapes = int_inputs.export_spec(wrapper._index, dynamic) if dynamic else None
+        if dynamic:
+            stack.enter_context(int_inputs.symbolic_setitem())
+        ep = torch.export.export(wrapper, inputs, dynamic_shapes=shapes)
         ep = to_core_aten(ep)
+    ints = int_inputs.analyse(ep, wrapper._index, dynamic, sink["unresolved"], sink["computed"]) if dynamic else None
     return CapturedRegion(ep, _state_entries(ep), sink["tree"], sink["slots"], sink["constants"],
-                          time.perf_counter() - start, sink["mutated"], sink["passed"])
+                          time.perf_counter() - start, sink["mutated"], sink["passed"], tuple(wrapper._index), ints)
 

@@ -26,6 +26,7 @@ import numpy as np
 import torch
 import torch.utils._pytree as pytree
 
+from dycl_jax.capture import int_inputs
 from dycl_jax.capture.region import HostValueError, capture_call, lost_update
 from dycl_jax.errors import AliasedUpdateError, CallError, DyclError, InputMutationError, Location
 from dycl_jax.host import jax_ops, values
@@ -128,6 +129,9 @@ class Compiled:
     no_grad: bool = False  # captured inside the user's `with torch.no_grad():`
     x64: bool = False  # runs in JAX's 64-bit scope (int64 values that may leave int32)
     margins: Callable | None = None  # fn also returning each predicate output's margin (jm.trace)
+    guard: Callable[[Sequence[Any]], bool] | None = None  # with symbolic int inputs: whether it holds for leaves
+    computed: list[int_inputs.IntResult] = field(default_factory=list)  # ints the host computes from the call's
+    symbolic: tuple[int, ...] = ()  # int leaves the program takes as (weakly typed) scalar inputs
 
     def __post_init__(self) -> None:
         # the per-call gathers run in C (itemgetter): islands take every parameter they read
@@ -163,6 +167,8 @@ class Compiled:
             flat = [outs[s] if s is not None else c for s, c in zip(self.slots, self.constants)]
         if self.passed is not None:
             flat = [leaves[p] if p is not None else v for p, v in zip(self.passed, flat)]
+        for r in self.computed:  # `t + 1`, `t >= n` of Python ints the graph took as symbols
+            flat[r.position] = r.kind(r.fn(*[leaves[i] for i in r.leaves]))
         return jax.tree_util.tree_unflatten(self.out_tree, flat)
 
 
@@ -217,6 +223,12 @@ class Part:
     jax_ops: list[str] = field(default_factory=list)  # on the host: the ATen ops JAX computed
     in_torch: str | None = None  # on the host: why torch runs it (set once JAX could not)
     captures: int = 0
+    # Python int leaves (per input structure) compiled as symbolic inputs, those found to need
+    # static values, and the programs captured with symbolic ints, by signature with those ints
+    # left out (each checks its guards: `if t > 3:` inside the region, an index's bounds)
+    symbolic: dict[Any, frozenset[int]] = field(default_factory=dict)
+    static_ints: dict[Any, frozenset[int]] = field(default_factory=dict)
+    variants: dict[Any, list[Compiled]] = field(default_factory=dict)
 
 
 @dataclass
@@ -368,6 +380,11 @@ class DispatchHost:
             leaves = [values.to_jax(v) if isinstance(v, torch.Tensor) else v for v in leaves]
         key = (tree, tuple(map(leaf_key, leaves)), torch.is_grad_enabled(), values.same_arrays(leaves))
         entry = part.cache.get(key)
+        if entry is None and part.symbolic:
+            symbolic = part.symbolic.get(tree)
+            if symbolic is not None:  # a program may hold for every value of these ints
+                entry = next((c for c in part.variants.get(values.symbolic_key(key, leaves, symbolic), ())
+                              if c.guard is None or c.guard(leaves)), None)
         if isinstance(entry, Compiled):
             if entry.mutated:
                 self._check_arguments_kept(st.spec, part, leaves, entry.mutated)
@@ -451,45 +468,115 @@ class DispatchHost:
             if quiet and not any(isinstance(v, torch.Tensor) for v in jax.tree_util.tree_leaves(outs)):
                 part.cache[key] = DIRECT
                 return run_statements(spec, fns[part.first:part.stop], vals, part.ins, part.outs, part.first)
+        if part.stop - part.first > 1:
+            k = self._python_prefix(spec, part, fns, leaves, tree)
+            if k:  # leading statements of Python values only: they run as Python, before the rest
+                return self._split(st, part, fns, vals, [part.first, part.first + k, part.stop])
         torch_args = tuple(jax.tree_util.tree_unflatten(tree, [values.to_torch(v) for v in leaves]))
-        part.captures += 1
-        self.captures += 1
-        before = self.attrs.snapshot()
-        try:
+        # Python ints go in as symbolic ints where the graph allows (see capture/int_inputs.py)
+        symbolic = frozenset(int_inputs.candidates(leaves)) - part.static_ints.get(tree, frozenset())
+        while True:
             try:
-                callers = frozenset(i for i, v in enumerate(leaves) if id(v) in self._arg_ids)
-                cap = capture_call(self.root, self._body(spec, part, fns), torch_args, self._capture_context, callers,
-                                   key[3])
-            finally:
-                changes = self.attrs.changed(before)
-                self.attrs.restore(before)
-            if self.attrs.register(changes):
-                raise _NewAttributes()
-            entry = self._compile(spec, cap, leaves)
-            self.io_names.setdefault(id(entry.fn), (_leaf_names(part.ins, tree, entry.tensor_leaves), list(part.outs)))
-            outs, new_attrs = entry.run(self._state, leaves)
-            jax.block_until_ready(jax.tree_util.tree_leaves(outs))
-        except _NewAttributes:
-            raise
-        except Exception as exc:  # noqa: BLE001  (classified below; our own bugs are re-raised)
-            if isinstance(exc, (AliasedUpdateError, InputMutationError)):
-                raise  # its host version could not keep the update either
-            if spec.kind == "island":  # whatever stops it from staging, its host version is exact
-                part.host_reason = values.describe_failure(exc)
-                raise _IslandFailed() from exc
-            values.reraise_if_internal(exc)
-            failure = exc
-        else:
-            failure = None
+                entry, outs, new_attrs = self._capture(spec, part, fns, leaves, tree, torch_args, symbolic,
+                                                        key[3])
+            except _NewAttributes:
+                raise
+            except Exception as exc:  # noqa: BLE001  (classified below; our own bugs are re-raised)
+                if isinstance(exc, (AliasedUpdateError, InputMutationError)):
+                    raise  # its host version could not keep the update either
+                if symbolic:  # a lowering may need one of the ints as a value: try again with them constant
+                    part.static_ints[tree] = part.static_ints.get(tree, frozenset()) | symbolic
+                    symbolic = frozenset()
+                    continue
+                if spec.kind == "island":  # whatever stops it from staging, its host version is exact
+                    part.host_reason = values.describe_failure(exc)
+                    raise _IslandFailed() from exc
+                values.reraise_if_internal(exc)
+                failure = exc
+            else:
+                failure = None
+            break
         if failure is not None:  # outside the handler: the pieces' own failures must not chain to this one
             return self._fall_back(st, part, fns, vals, leaves, tree, key, failure)
-        part.cache[key] = entry
+        if entry.symbolic:
+            self._add_variant(part, tree, key, leaves, entry)
+        else:
+            part.cache[key] = entry
         self._check_arguments_kept(spec, part, leaves, entry.mutated)
         if entry.mutated and spec.kind == "region":
             _check_aliases_kept(spec, part, vals, leaves, entry.mutated, self._region_env or {})
         if new_attrs is not None:
             self.attrs.write(new_attrs)
         return outs
+
+    def _capture(self, spec: RegionSpec, part: Part, fns: Sequence[Callable], leaves: list, tree: Any,
+                 torch_args: tuple, symbolic: frozenset[int],
+                 same: tuple[tuple[int, int], ...] = ()) -> tuple[Compiled, Any, Any]:
+        """Capture, compile and run the part once; the int leaves in `symbolic` are exported as
+        symbols, less those the graph needs as values (captured again without them)."""
+        while True:
+            part.captures += 1
+            self.captures += 1
+            before = self.attrs.snapshot()
+            try:
+                callers = frozenset(i for i, v in enumerate(leaves) if id(v) in self._arg_ids)
+                cap = capture_call(self.root, self._body(spec, part, fns), torch_args, self._capture_context, callers,
+                                   same, symbolic)
+            finally:
+                changes = self.attrs.changed(before)
+                self.attrs.restore(before)
+            if self.attrs.register(changes):
+                raise _NewAttributes()
+            if cap.ints is None or not cap.ints.static:
+                break
+            # a shape (or a result the host cannot recompute) depends on these ints: they stay constants
+            # (those torch specialised to this value may be symbols at another: not remembered)
+            part.static_ints[tree] = part.static_ints.get(tree, frozenset()) | (cap.ints.static - cap.ints.specialised)
+            symbolic = symbolic - cap.ints.static
+        entry = self._compile(spec, cap, leaves)
+        self.io_names.setdefault(id(entry.fn), (_leaf_names(part.ins, tree, entry.tensor_leaves), list(part.outs)))
+        outs, new_attrs = entry.run(self._state, leaves)
+        jax.block_until_ready(jax.tree_util.tree_leaves(outs))
+        return entry, outs, new_attrs
+
+    @staticmethod
+    def _add_variant(part: Part, tree: Any, key: Any, leaves: list, entry: Compiled) -> None:
+        """File a program captured with symbolic ints under the signature without their values."""
+        symbolic = frozenset(entry.symbolic)
+        if part.symbolic.get(tree) != symbolic:  # (programs filed under another set are not found again)
+            part.symbolic[tree] = symbolic
+        found = part.variants.setdefault(values.symbolic_key(key, leaves, symbolic), [])
+        found.append(entry)
+        part.cache[("variant", id(entry))] = entry  # listed with the part's other signatures (report)
+
+    def _python_prefix(self, spec: RegionSpec, part: Part, fns: Sequence[Callable], leaves: list, tree: Any) -> int:
+        """How many leading assignments (not all) take and give only plain Python values here
+        and change no module attribute: e.g. `n = sum([l > t for l in lengths])` before the
+        tensor statements that slice with `n`. Run as Python, they give the rest ints that
+        are constants or symbols of its own, not values of a whole list."""
+        vals, _ = jax.tree_util.tree_unflatten(tree, leaves)  # fresh containers: the probe must not change the caller's
+        env = dict(zip(part.ins, vals))
+        before = self.attrs.snapshot()
+        k = 0
+        try:
+            with _land(True), torch.no_grad():
+                for st, fn in zip(spec.statements[part.first:part.stop - 1], fns[part.first:part.stop - 1]):
+                    args = [env[n] for n in st.ins]
+                    # only immutable Python values in (ints, strings, lists of them as fresh copies):
+                    # then running it once more for real can change nothing the probe touched
+                    if not st.outs or not all(type(v) in values.PLAIN for v in jax.tree_util.tree_leaves(args)):
+                        break
+                    outs = fn(*args)
+                    if not all(type(v) in values.PLAIN for v in jax.tree_util.tree_leaves(outs)) \
+                            or self.attrs.changed(before):
+                        break
+                    env.update(zip(st.outs, outs))
+                    k += 1
+        except Exception:  # noqa: BLE001  (the statement raises again where it really runs)
+            pass
+        finally:
+            self.attrs.restore(before)
+        return k
 
     def _check_arguments_kept(self, spec: RegionSpec, part: Part, leaves: list, mutated: tuple[int, ...]) -> None:
         """Refuse an in-place update of the caller's own tensor: torch would change it, we cannot."""
@@ -512,8 +599,11 @@ class DispatchHost:
         # torch.export lifts every parameter of the model: pass only those the region reads
         used = [i for i in range(n_state) if placeholders[i].users]
         # 64-bit integers where an int64 value may leave int32, or one arrives (lower/dtypes.py)
+        ints = cap.ints.leaves if cap.ints is not None else ()
+        # a symbolic int arrives within [0, int32 max] (values.symbolic_key)
+        given = [e.tensor for e in cap.state] + [(0, values.INT32_MAX) if i in ints else None for i in cap.inputs]
         wide = any(np.dtype(v.dtype) == np.int64 for v in leaves if isinstance(v, values.ARRAYS)) \
-            or int64_verdict(gm, [e.tensor for e in cap.state]).wide
+            or int64_verdict(gm, given).wide
         with int_scope(wide):
             return self._build(spec, cap, leaves, placeholders, n_state, used, wide)
 
@@ -542,10 +632,11 @@ class DispatchHost:
                 sources.append((True, self.path_index[entry.path]))
             else:
                 sources.append((False, values.to_jax(entry.tensor)))
-        tensor_leaves = [i for i, v in enumerate(leaves) if isinstance(v, values.ARRAYS)]
-        return Compiled(fn, sources, tensor_leaves, cap.out_tree, cap.slots, cap.constants, cap.mutated,
+        ints = cap.ints or int_inputs.SymbolicInts((), frozenset())
+        return Compiled(fn, sources, list(cap.inputs), cap.out_tree, cap.slots, cap.constants, cap.mutated,
                         cap.passed if any(p is not None for p in cap.passed) else None,
-                        not torch.is_grad_enabled(), wide, self.margin_programs.get(graph_fp))
+                        not torch.is_grad_enabled(), wide, self.margin_programs.get(graph_fp), ints.guard,
+                        ints.results, ints.leaves)
 
     def _fall_back(self, st: RegionState, part: Part, fns: Sequence[Callable], vals: tuple, leaves: list,
                    tree: Any, key: Any, exc: BaseException) -> tuple:
@@ -561,6 +652,10 @@ class DispatchHost:
         k = values.failing_statement(exc, fns[part.first:part.stop])
         cuts = [part.first, part.first + k, part.first + k + 1, part.stop] if k is not None \
             else [part.first, part.first + n // 2, part.stop]
+        return self._split(st, part, fns, vals, cuts)
+
+    def _split(self, st: RegionState, part: Part, fns: Sequence[Callable], vals: tuple, cuts: list[int]) -> tuple:
+        """Replace `part` by its pieces between `cuts` for good, and run them."""
         pieces = [_part(st.spec, a, b) for a, b in zip(cuts, cuts[1:]) if b > a]
         i = st.parts.index(part)
         st.parts[i:i + 1] = pieces

@@ -18,6 +18,8 @@ _ARRAY = type(jnp.zeros(()))
 ARRAYS = (jax.Array, np.ndarray)  # what a tensor is on the host: a JAX array, or a numpy input
 _NONE = type(None)
 _PLAIN = (int, bool, str, bytes, _NONE, torch.dtype, torch.device, range, slice, type(Ellipsis))
+PLAIN = frozenset((*_PLAIN, float))  # immutable Python values (a leaf of these is never shared state)
+_SYMBOLIC = ("symbolic int",)
 
 
 def same_arrays(leaves: list) -> tuple[tuple[int, int], ...]:
@@ -65,6 +67,19 @@ def leaf_key(v: Any) -> Any:
     if t.__hash__ is object.__hash__:
         return ("id", id(v))
     return (t, v)
+
+
+def symbolic_key(key: tuple, leaves: list, symbolic: frozenset[int]) -> tuple:
+    """`key` (tree, leaf keys, grad mode, aliased leaves) without the values of the int leaves in
+    `symbolic` (those a program takes as symbolic inputs; one out of int32's non-negative range
+    keeps its value)."""
+    tree, keys, grad, same = key
+    keys = list(keys)
+    for i in symbolic:
+        v = leaves[i]
+        if type(v) is int and 0 <= v <= INT32_MAX:
+            keys[i] = _SYMBOLIC
+    return tree, tuple(keys), grad, same
 
 
 class Closure:

@@ -113,6 +113,12 @@ class _Writer:
         where = Location(spec.file, first.line, first.code)
         out: dict[str, Any] = {"first": part.first, "stop": part.stop, "ins": list(part.ins), "outs": list(part.outs),
                                "failed": spec.kind == "island" and part.host_reason is not None, "entries": []}
+        if any(key[0] == "variant" for key in part.cache):
+            raise DyclError(
+                f"{os.path.basename(spec.file)}:{first.line}: the {spec.label} was compiled with Python ints as "
+                "symbolic inputs (values such as a step index), which an exported host cannot pass yet",
+                location=where, fix="keep this model in Python with torch (jm(...)); staged models (or max_len=) "
+                                    "export with host=\"staged\"")
         kinds = set(type(e) if isinstance(e, Compiled) else e for e in part.cache.values())
         on_host = EAGER in kinds or (spec.kind == "region" and part.host_reason is not None)
         fname = self.program.region_fn[rid]

@@ -23,7 +23,10 @@ def groups(part: Part) -> list[list[tuple[Any, tuple, Compiled]]]:
     """The part's compiled signatures, grouped where only array sizes differ (and the outputs' form
     is the same); groups of one are left out."""
     out: dict[Any, list] = {}
-    for (tree, leaves, grad, same), entry in part.cache.items():
+    for key, entry in part.cache.items():
+        if key[0] == "variant":  # a program over symbolic ints (export refuses those)
+            continue
+        tree, leaves, grad, same = key
         if not isinstance(entry, Compiled) or not grad or same:  # names of one tensor: its own program
             continue
         shape_free = tuple((len(k[0]), k[1]) if isinstance(k, tuple) and len(k) == 2 and isinstance(k[0], tuple)
@@ -193,4 +196,4 @@ def fits(shapes: list, leaves: tuple, index: list[int], ranges: dict) -> bool:
 def _capture(host: DispatchHost, spec: Any, part: Part, fns: list, args: tuple, dynamic: list) -> Any:
     from dycl_jax.capture.region import capture_call
     return capture_call(host.root, host._body(spec, part, fns), args, host._capture_context, frozenset(),
-                        dynamic=dynamic)
+                        dims=dynamic)
