@@ -36,6 +36,11 @@ KNOWN_FAILURES: dict[tuple[str, ...], str] = {
         "bug: float32 sample 1 differs in 1 of 125 values (0.14829 vs 0.14865); float16 gives finite "
         "values where torch gives NaN"
     ),
+    ("kthvalue", "", "int32"): (
+        "bug: with tied integer values the index output picks another of the equal elements than torch "
+        "(values agree); the tie rule is not reproduced, nor judged tie-free as sort/topk are"
+    ),
+    ("kthvalue", "", "int64"): "bug: as int32, the index among tied values differs from torch's",
     ("complex", "", "float16"): (
         "torch.complex of float16 parts is complex32, which JAX has no dtype for; conversion refuses "
         "(the dispatch host's message, `HostValueError: a zip object`, does not yet say why)"
