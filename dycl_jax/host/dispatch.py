@@ -229,6 +229,9 @@ class Part:
     symbolic: dict[Any, frozenset[int]] = field(default_factory=dict)
     static_ints: dict[Any, frozenset[int]] = field(default_factory=dict)
     variants: dict[Any, list[Compiled]] = field(default_factory=dict)
+    # per program with symbolic ints (by id), the full signatures it served: an exported host
+    # takes ints as constants, so export captures each of those again with its values
+    served: dict[int, dict[Any, None]] = field(default_factory=dict)
 
 
 @dataclass
@@ -385,6 +388,8 @@ class DispatchHost:
             if symbolic is not None:  # a program may hold for every value of these ints
                 entry = next((c for c in part.variants.get(values.symbolic_key(key, leaves, symbolic), ())
                               if c.guard is None or c.guard(leaves)), None)
+                if entry is not None:
+                    part.served[id(entry)][key] = None
         if isinstance(entry, Compiled):
             if entry.mutated:
                 self._check_arguments_kept(st.spec, part, leaves, entry.mutated)
@@ -548,6 +553,7 @@ class DispatchHost:
         found = part.variants.setdefault(values.symbolic_key(key, leaves, symbolic), [])
         found.append(entry)
         part.cache[("variant", id(entry))] = entry  # listed with the part's other signatures (report)
+        part.served[id(entry)] = {key: None}
 
     def _python_prefix(self, spec: RegionSpec, part: Part, fns: Sequence[Callable], leaves: list, tree: Any) -> int:
         """How many leading assignments (not all) take and give only plain Python values here

@@ -25,6 +25,8 @@ from dycl_jax.lower.decision_log import DecisionLog
 from dycl_jax.lower.dtypes import to_jax_dtype
 from dycl_jax.lower.int_ranges import int_scope
 from dycl_jax.lower.ops.control_flow import recording
+from dycl_jax.host import values
+from dycl_jax.rewrite.modes import exclusive
 from dycl_jax.rewrite.plan import Undefined
 from dycl_jax.runtime import hosted_symbolic as symbolic
 from dycl_jax.runtime.artifact import _export
@@ -113,12 +115,6 @@ class _Writer:
         where = Location(spec.file, first.line, first.code)
         out: dict[str, Any] = {"first": part.first, "stop": part.stop, "ins": list(part.ins), "outs": list(part.outs),
                                "failed": spec.kind == "island" and part.host_reason is not None, "entries": []}
-        if any(key[0] == "variant" for key in part.cache):
-            raise DyclError(
-                f"{os.path.basename(spec.file)}:{first.line}: the {spec.label} was compiled with Python ints as "
-                "symbolic inputs (values such as a step index), which an exported host cannot pass yet",
-                location=where, fix="keep this model in Python with torch (jm(...)); staged models (or max_len=) "
-                                    "export with host=\"staged\"")
         kinds = set(type(e) if isinstance(e, Compiled) else e for e in part.cache.values())
         on_host = EAGER in kinds or (spec.kind == "region" and part.host_reason is not None)
         fname = self.program.region_fn[rid]
@@ -157,7 +153,14 @@ class _Writer:
             index = group[0][2].tensor_leaves
             served |= {id(e) for _, l, e in group if symbolic.fits(shapes, l, index, ranges)}
             out["symbolic"].append(f"{len(group)} signatures as one program, symbols {ranges}")
-        for (tree, leaves, grad, same), entry in part.cache.items():
+        for key, entry in list(part.cache.items()):
+            if key[0] == "variant":  # a program over symbolic ints: one static program per signature it served
+                for tree, leaves, grad, same in part.served.get(id(entry), ()):
+                    if grad:
+                        static = self.static_entry(spec, part, fname, tree, leaves, same)
+                        out["entries"].append(self.entry(rid, k, len(out["entries"]), tree, leaves, static, where))
+                continue
+            tree, leaves, grad, same = key
             if same and isinstance(entry, Compiled) and entry.mutated:
                 raise DyclError(
                     f"{os.path.basename(spec.file)}:{first.line}: the {spec.label} updates in place a tensor that "
@@ -166,6 +169,19 @@ class _Writer:
             if isinstance(entry, Compiled) and grad and id(entry) not in served:
                 out["entries"].append(self.entry(rid, k, len(out["entries"]), tree, leaves, entry, where))
         return out
+
+    def static_entry(self, spec: Any, part: Part, fname: str, tree: Any, leaves: tuple, same: tuple) -> Compiled:
+        """The part captured again at one signature with its Python ints as constants."""
+        args = [self.example(key) for key in leaves]
+        jleaves = [values.to_jax(v) if isinstance(v, torch.Tensor) else v for v in args]
+        torch_args = tuple(jax.tree_util.tree_unflatten(tree, args))
+        previous, self.host._state = self.host._state, self.state  # the capture runs the program once
+        try:
+            entry, _, _ = exclusive(self.host._capture)(spec, part, self.units(spec, fname), jleaves, tree,
+                                                         torch_args, frozenset(), same)
+        finally:
+            self.host._state = previous
+        return entry
 
     def symbolic(self, spec: Any, rid: int, k: int, part: Part, fname: str, group: list, n: int,
                  where: Location) -> tuple[list[dict], list, dict] | str:
