@@ -138,18 +138,21 @@ def lost_update(names: Any, inputs: list[torch.Tensor], versions: list[int], out
 
 def capture_call(root: torch.nn.Module, fn: Callable, args: tuple, context: Callable[[], ContextManager],
                  callers: frozenset = frozenset(), same: tuple[tuple[int, int], ...] = (),
-                 dynamic: frozenset = frozenset(), dims: list[list[int]] | None = None) -> CapturedRegion:
+                 dynamic: frozenset = frozenset(), dims: list[list[int]] | None = None,
+                 leaf_view: Callable[[Any], Any] | None = None) -> CapturedRegion:
     """Export `fn(*args)` (tensors in `args` are example inputs) and decompose it.
 
     `same`: pairs (leaf, earlier leaf) of `args` that the user's code holds as one tensor.
     `dims`: per tensor input, the dimensions exported as `Dim.AUTO` (static shapes if None).
+    `leaf_view`: mapped over `args` before flattening, so that its leaves are the caller's
+    (the dispatch host opens nested functions into their closure cells).
 
     The int leaves in `dynamic` are exported as symbolic ints (see int_inputs.py); the result's
     `ints` says which of them must be static after all. `context` is entered around export
     (the host's rewrite patches and staging mode). Errors propagate as raised: the host decides
     which of them move the region to the host.
     """
-    leaves, tree = jax.tree_util.tree_flatten(args)
+    leaves, tree = jax.tree_util.tree_flatten(jax.tree_util.tree_map(leaf_view, args) if leaf_view else args)
     sink: dict[str, Any] = {}
     wrapper = _CallWrapper(root, fn, leaves, tree, sink, callers, same, dynamic)
     inputs = tuple(leaves[i] for i in wrapper._index)

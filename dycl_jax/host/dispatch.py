@@ -526,7 +526,10 @@ class DispatchHost:
             try:
                 callers = frozenset(i for i, v in enumerate(leaves) if id(v) in self._arg_ids)
                 cap = capture_call(self.root, self._body(spec, part, fns), torch_args, self._capture_context, callers,
-                                   same, symbolic)
+                                   same, symbolic, leaf_view=values.open_closures)
+                if [i for i in cap.inputs if i not in symbolic] != [i for i, v in enumerate(leaves)
+                                                                    if isinstance(v, values.ARRAYS)]:
+                    raise AssertionError("a captured region's tensor inputs are not the host's array leaves")
             finally:
                 changes = self.attrs.changed(before)
                 self.attrs.restore(before)
