@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 import time
 import warnings
@@ -11,6 +12,7 @@ import jax
 import torch
 import torch.utils._pytree as pytree
 from flax import nnx
+from torch.nn.modules.batchnorm import _BatchNorm
 
 import dycl_jax.lower.ops  # noqa: F401  (registers every lowering)
 from dycl_jax.capture.export import StateEntry, TensorSpec, _leaf_names, capture
@@ -59,7 +61,8 @@ def to_jax(
     train: convert the method as `model.train()` runs it (BatchNorm on batch statistics,
     updating its running statistics; dropout and other random ops on): a `TrainingJaxModel`
     (runtime/training.py) whose calls take `key=` (else draw from `rngs`, default
-    `nnx.Rngs(0)`). Staged host only.
+    `nnx.Rngs(0)`). With `host="auto"` a method that does not stage runs on the dispatch host,
+    each region on batch statistics writing its updates into the state as it runs.
     """
     step = progress or (lambda stage: None)
     if not isinstance(model, torch.nn.Module):
@@ -70,7 +73,9 @@ def to_jax(
         raise DyclError(f"max_len must be a positive int, got {max_len!r}", fix="pass e.g. max_len=32")
     args = example_args if isinstance(example_args, tuple) else (example_args,)
     if train:
-        return _training(model, args, method, host, dynamic_batch, max_len, rngs, step)
+        jm = _training(model, args, method, host, dynamic_batch, max_len, rngs, step)
+        jm.source = model_source(model, method)
+        return jm
     reason = where = None
     start = time.perf_counter()
     if host != "dispatch":
@@ -157,10 +162,12 @@ def model_source(model: torch.nn.Module, method: str) -> dict[str, Any]:
 
 def _training(model: torch.nn.Module, args: tuple, method: str, host: str, dynamic_batch: bool,
               max_len: int | None, rngs: nnx.Rngs | None, step: Callable[[str], None]) -> TrainingJaxModel:
-    if host == "dispatch" or max_len is not None:
-        what = 'host="dispatch"' if host == "dispatch" else "max_len"
-        raise DyclError(f"train=True converts to the staged host only; {what} is not supported with it",
-                        fix='use host="auto" or "staged" and no max_len, or convert for inference (train=False)')
+    if max_len is not None:
+        raise DyclError("train=True does not unroll decode loops: max_len is not supported with it",
+                        fix='drop max_len: with host="auto" (the default) a decode loop runs on the dispatch host')
+    if host == "dispatch":
+        return _dispatch(model, args, method, step, None, 0.0, train=True, rngs=rngs)
+    start = time.perf_counter()
     step("rewrite + capture (train mode)")
     try:
         with rewritten(model, method) as rewrite_record, staging():
@@ -168,10 +175,12 @@ def _training(model: torch.nn.Module, args: tuple, method: str, host: str, dynam
     except (UnsupportedOpError, InputMutationError, AliasedUpdateError):
         raise
     except DyclError as exc:
-        # the dispatch host runs inference only: no fallback to it here
-        raise type(exc)(f"train=True converts to one staged XLA program, and this method does not stage: "
-                        f"{exc.message}", location=exc.location or user_location(exc),
-                        fix=exc.fix or "convert for inference (train=False), where the dispatch host runs it") from exc
+        if host == "staged":
+            raise staged_refusal(exc) from exc
+        jm = _dispatch(model, args, method, step, dispatch_reason(exc), time.perf_counter() - start,
+                       train=True, rngs=rngs)
+        jm.dispatch_location = exc.location or user_location(exc)
+        return jm
     step("lower")
     ints = int64_verdict(cap.ep.graph_module, [e.tensor for e in cap.state])
     updated = set(cap.mutations)
@@ -193,14 +202,16 @@ def _training(model: torch.nn.Module, args: tuple, method: str, host: str, dynam
 
 
 def _dispatch(model: torch.nn.Module, args: tuple, method: str, step: Callable[[str], None],
-              reason: str | None, staged_attempt_s: float) -> JaxModel:
+              reason: str | None, staged_attempt_s: float, train: bool = False,
+              rngs: nnx.Rngs | None = None) -> JaxModel:
     t0 = time.perf_counter()
-    step("rewrite (dispatch)")
+    step("rewrite (dispatch)" if not train else "rewrite (dispatch, train mode)")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the staged attempt (or its absence) already warned once
         plan = dispatch_plan(model, method)
     entries = [StateEntry(p, "param", t.detach()) for p, t in model.named_parameters()]
-    entries += [StateEntry(p, "buffer", t) for p, t in model.named_buffers()]
+    stats = _batch_stats(model) if train else set()
+    entries += [StateEntry(p, "batch_stat" if p in stats else "buffer", t) for p, t in model.named_buffers()]
     module, variables = build_module(entries)
     paths = [e.path for e in entries]
     leaves, spec = pytree.tree_flatten(args)
@@ -209,16 +220,24 @@ def _dispatch(model: torch.nn.Module, args: tuple, method: str, step: Callable[[
     # shapes may change from call to call: the host compiles each signature it meets
     inputs = [TensorSpec(names[i], (None,) * leaves[i].dim(), leaves[i].dtype) for i in index]
     signature = CallSignature(inputs, spec, leaves, index, pytree.tree_structure(0))
-    dispatch = DispatchHost(model, method, plan, paths, leaves, spec, index)
-    jm = JaxModel(module, variables, paths, dispatch, signature, "dispatch", jit=False, structured=True)
+    dispatch = DispatchHost(model, method, plan, paths, leaves, spec, index, train=train)
     t1 = time.perf_counter()
     step("compile the example's path")
-    was_training = model.training
-    model.eval()
-    try:
-        jm(*args)  # regions on the example's path are captured and compiled now; others on first use
-    finally:
-        model.train(was_training)
+    if train:
+        # every buffer comes back: which of them a call updates depends on its path
+        updated = [i for i, e in enumerate(entries) if e.kind != "param"]
+        jm: JaxModel = TrainingJaxModel(module, variables, paths, functools.partial(dispatch.train_call, updated=updated),
+                                        signature, [paths[i] for i in updated], rngs or nnx.Rngs(0), host="dispatch")
+        # regions on the example's path are captured and compiled now (its statistics not kept)
+        jm._fn(jm._state_values(), signature.bind(args), jax.random.key(0))
+    else:
+        jm = JaxModel(module, variables, paths, dispatch, signature, "dispatch", jit=False, structured=True)
+        was_training = model.training
+        model.eval()
+        try:
+            jm(*args)  # regions on the example's path are captured and compiled now; others on first use
+        finally:
+            model.train(was_training)
     t2 = time.perf_counter()
     timings = {"rewrite_s": t1 - t0, "example_path_s": t2 - t1}
     if reason is not None:
@@ -226,3 +245,9 @@ def _dispatch(model: torch.nn.Module, args: tuple, method: str, step: Callable[[
     jm._report_builder = lambda: build_dispatch_report(type(model).__name__, method, dispatch, jm.signature,
                                                        entries, timings, plan.record, reason)
     return jm
+
+
+def _batch_stats(model: torch.nn.Module) -> set[str]:
+    """Paths of the BatchNorm statistics (`nnx.BatchStat` in a train=True conversion)."""
+    return {f"{name}.{b}" if name else b for name, m in model.named_modules() if isinstance(m, _BatchNorm)
+            for b, _ in m.named_buffers(recurse=False)}

@@ -14,7 +14,8 @@ import torch
 from torch.export import ExportedProgram
 
 from dycl_jax.capture import int_inputs
-from dycl_jax.capture.export import StateEntry, _eval_mode, _quiet_torch_logs, _state_entries, to_core_aten
+from dycl_jax.capture.export import StateEntry, _eval_mode, _quiet_torch_logs, _state_entries, _strip, to_core_aten
+from dycl_jax.capture.train_mode import training
 from dycl_jax.errors import CaptureError
 from dycl_jax.rewrite.modes import caller_tensors
 from dycl_jax.rewrite.plan import Undefined
@@ -44,6 +45,8 @@ class CapturedRegion:
     passed: list[int | None] | None = None  # per output leaf: the argument leaf it returns unchanged
     inputs: tuple[int, ...] = ()  # argument leaf of each graph input: tensors and symbolic ints
     ints: int_inputs.SymbolicInts | None = None  # the Python ints exported as symbols, if any
+    # train mode: the state paths of the buffers the region updates (the graph's first outputs)
+    mutations: tuple[str, ...] = ()
 
 
 class _CallWrapper(torch.nn.Module):
@@ -139,13 +142,15 @@ def lost_update(names: Any, inputs: list[torch.Tensor], versions: list[int], out
 def capture_call(root: torch.nn.Module, fn: Callable, args: tuple, context: Callable[[], ContextManager],
                  callers: frozenset = frozenset(), same: tuple[tuple[int, int], ...] = (),
                  dynamic: frozenset = frozenset(), dims: list[list[int]] | None = None,
-                 leaf_view: Callable[[Any], Any] | None = None) -> CapturedRegion:
+                 leaf_view: Callable[[Any], Any] | None = None, train: bool = False) -> CapturedRegion:
     """Export `fn(*args)` (tensors in `args` are example inputs) and decompose it.
 
     `same`: pairs (leaf, earlier leaf) of `args` that the user's code holds as one tensor.
     `dims`: per tensor input, the dimensions exported as `Dim.AUTO` (static shapes if None).
     `leaf_view`: mapped over `args` before flattening, so that its leaves are the caller's
     (the dispatch host opens nested functions into their closure cells).
+    `train`: capture in training mode (capture/train_mode.py): the buffers updated become the
+    first graph outputs, named by `mutations`.
 
     The int leaves in `dynamic` are exported as symbolic ints (see int_inputs.py); the result's
     `ints` says which of them must be static after all. `context` is entered around export
@@ -160,7 +165,8 @@ def capture_call(root: torch.nn.Module, fn: Callable, args: tuple, context: Call
     with warnings.catch_warnings(), _quiet_torch_logs(), contextlib.ExitStack() as stack:
         warnings.simplefilter("ignore")
         stack.enter_context(context())
-        stack.enter_context(_eval_mode(root))  # warnings are off here: to_jax warned once already
+        # (warnings are off here: to_jax warned once already)
+        stack.enter_context(training(root) if train else _eval_mode(root))
         if dims is not None:  # one entry, for the wrapper's `*inputs`: per tensor its dynamic dims
             if dynamic:
                 raise ValueError("symbolic ints and dynamic tensor dims are not captured together")
@@ -172,6 +178,9 @@ def capture_call(root: torch.nn.Module, fn: Callable, args: tuple, context: Call
         ep = torch.export.export(wrapper, inputs, dynamic_shapes=shapes)
         ep = to_core_aten(ep)
     ints = int_inputs.analyse(ep, wrapper._index, dynamic, sink["unresolved"], sink["computed"]) if dynamic else None
-    return CapturedRegion(ep, _state_entries(ep), sink["tree"], sink["slots"], sink["constants"],
-                          time.perf_counter() - start, sink["mutated"], sink["passed"], tuple(wrapper._index), ints)
+    mutations = tuple(_strip(s.target) for s in ep.graph_signature.output_specs
+                      if s.kind == torch.export.graph_signature.OutputKind.BUFFER_MUTATION) if train else ()
+    return CapturedRegion(ep, _state_entries(ep, train), sink["tree"], sink["slots"], sink["constants"],
+                          time.perf_counter() - start, sink["mutated"], sink["passed"], tuple(wrapper._index), ints,
+                          mutations)
 

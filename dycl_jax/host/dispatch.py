@@ -29,7 +29,7 @@ import torch.utils._pytree as pytree
 from dycl_jax.capture import int_inputs
 from dycl_jax.capture.region import HostValueError, capture_call, lost_update
 from dycl_jax.errors import AliasedUpdateError, CallError, DyclError, InputMutationError, Location
-from dycl_jax.host import jax_ops, values
+from dycl_jax.host import jax_ops, training, values
 from dycl_jax.host.attributes import DynamicAttributes
 from dycl_jax.host.values import leaf_key
 from dycl_jax.capture.fingerprint import graph_fingerprint
@@ -257,7 +257,7 @@ class DispatchHost:
     """Runs a dispatch-rewritten method: `host(state values, tensor inputs) -> outputs`."""
 
     def __init__(self, root: torch.nn.Module, method: str, plan: DispatchPlan, paths: list[str],
-                 arg_leaves: list[Any], in_spec: pytree.TreeSpec, tensor_index: list[int]):
+                 arg_leaves: list[Any], in_spec: pytree.TreeSpec, tensor_index: list[int], train: bool = False):
         self.root = root
         self.method = method
         self.plan = plan
@@ -278,6 +278,13 @@ class DispatchHost:
         self._state: Sequence[Any] = ()
         self._arg_ids: frozenset[int] = frozenset()  # the current call's argument arrays
         self._region_env: dict | None = None
+        # train mode (host/training.py): regions on batch statistics, writing their buffer updates
+        # into the state; a buffer or parameter registered under two names is one state entry
+        self.train = train
+        self._keys: training.RegionKeys | None = None
+        if train:
+            self.path_index = training.state_index(root, self.path_index)
+            self._buffers = training.model_buffers(root)
 
     # ------------------------------------------------------------ calling
 
@@ -291,9 +298,9 @@ class DispatchHost:
         args = tuple(leaves) if self._flat_args else pytree.tree_unflatten(leaves, self.in_spec)
         previous, self._state = self._state, state
         previous_ids, self._arg_ids = self._arg_ids, frozenset(id(leaves[i]) for i in self.tensor_index)
-        training = self.root.training
-        if training:  # converted models run in eval mode (BatchNorm statistics, no dropout)
-            self.root.eval()
+        mode = self.root.training
+        if mode != self.train:  # the model runs as converted: eval mode, or train mode with train=True
+            self.root.train(self.train)
         try:
             # grad mode on, so that the user's own `with torch.no_grad():` blocks are seen by the
             # regions inside them (their outputs get lax.stop_gradient); host statements run without it
@@ -303,8 +310,20 @@ class DispatchHost:
         finally:
             self._state, self._arg_ids = previous, previous_ids
             self.attrs.reset()
-            if training:
-                self.root.train()
+            if mode != self.train:
+                self.root.train(mode)
+
+    def train_call(self, state: Sequence[Any], tensors: Sequence[Any], key: Any,
+                   updated: Sequence[int]) -> tuple[Any, tuple[Any, ...]]:
+        """A train-mode call: (outputs, the state values at `updated` after it). Regions draw
+        from `key` and write their buffer updates into a copy of `state` as they run."""
+        state = list(state)
+        previous, self._keys = self._keys, training.RegionKeys(key)
+        try:
+            outs = self(state, tensors)
+        finally:
+            self._keys = previous
+        return outs, tuple(state[i] for i in updated)
 
     def _entry(self, fn: types.FunctionType) -> Callable:
         """A dispatch-rewritten function, callable from torch code too (a host statement)."""
@@ -424,7 +443,11 @@ class DispatchHost:
                 fix="call the model outside JAX transformations, or write the statement so that torch.export "
                     "captures it (see the report's host statements)")
         before = self.attrs.snapshot()
-        with _land(True), torch.no_grad():  # values cross to JAX as arrays: no autograd graph needed
+        # train mode: no random draws or buffer updates here (host/training.py)
+        guard = training.HostGuard(self._buffers, Location(spec.file, spec.statements[part.first].line,
+                                                           spec.statements[part.first].code), part.host_reason) \
+            if self.train else contextlib.nullcontext()
+        with _land(True), torch.no_grad(), guard:  # values cross to JAX as arrays: no autograd graph needed
             if part.in_torch is None and jax_ops.calls_higher_order(fns[part.first:part.stop]):
                 part.in_torch = "calls a torch higher-order op (torch.cond, while_loop, ...)"
             if part.in_torch is None:  # computed by JAX ops where it can be (host/jax_ops.py)
@@ -526,7 +549,7 @@ class DispatchHost:
             try:
                 callers = frozenset(i for i, v in enumerate(leaves) if id(v) in self._arg_ids)
                 cap = capture_call(self.root, self._body(spec, part, fns), torch_args, self._capture_context, callers,
-                                   same, symbolic, leaf_view=values.open_closures)
+                                   same, symbolic, leaf_view=values.open_closures, train=self.train)
                 if [i for i in cap.inputs if i not in symbolic] != [i for i, v in enumerate(leaves)
                                                                     if isinstance(v, values.ARRAYS)]:
                     raise AssertionError("a captured region's tensor inputs are not the host's array leaves")
@@ -621,7 +644,7 @@ class DispatchHost:
         gm = cap.ep.graph_module
         graph_fp = graph_fingerprint(gm, n_state) + (":x64" if wide else "")
         fn = self.executables.get(graph_fp)
-        if fn is None and all(n.op in ("placeholder", "output") for n in gm.graph.nodes):
+        if fn is None and not cap.mutations and all(n.op in ("placeholder", "output") for n in gm.graph.nodes):
             fn = _passthrough(placeholders, used, n_state, gm)  # nothing to compute: no XLA call
         elif fn is None:
             graph = self.graphs[graph_fp] = LoweredGraph.build(gm, name=spec.label)
@@ -632,9 +655,12 @@ class DispatchHost:
                     full[i] = v
                 return call(*full, *tensors)
 
-            fn = self.executables[graph_fp] = jax.jit(run)
             # the same, also returning each predicate output's margin: compiled only if jm.trace runs
-            self.margin_programs[graph_fp] = jax.jit(functools.partial(run, call=graph.with_margins))
+            margins = functools.partial(run, call=graph.with_margins)
+            if self.train:  # random ops draw from the region call's key (host/training.py)
+                run, margins = training.keyed(run), training.keyed(margins)
+            fn = self.executables[graph_fp] = jax.jit(run)
+            self.margin_programs[graph_fp] = jax.jit(margins)
         sources: list[tuple[bool, Any]] = []
         for entry in (cap.state[i] for i in used):
             if entry.kind != "constant" and entry.path in self.path_index:
@@ -642,9 +668,14 @@ class DispatchHost:
             else:
                 sources.append((False, values.to_jax(entry.tensor)))
         ints = cap.ints or int_inputs.SymbolicInts((), frozenset())
+        margins = self.margin_programs.get(graph_fp)
+        if self.train and fn is self.executables.get(graph_fp):  # not a passthrough: keyed, and it may update buffers
+            st = spec.statements[0]
+            targets = training.update_targets(cap.mutations, self.path_index, Location(spec.file, st.line, st.code))
+            fn, margins = training.Updating(self, fn, targets), training.Updating(self, margins, targets, margins=True)
         return Compiled(fn, sources, list(cap.inputs), cap.out_tree, cap.slots, cap.constants, cap.mutated,
                         cap.passed if any(p is not None for p in cap.passed) else None,
-                        not torch.is_grad_enabled(), wide, self.margin_programs.get(graph_fp), ints.guard,
+                        not torch.is_grad_enabled(), wide, margins, ints.guard,
                         ints.results, ints.leaves)
 
     def _fall_back(self, st: RegionState, part: Part, fns: Sequence[Callable], vals: tuple, leaves: list,

@@ -10,6 +10,7 @@ from dycl_jax.errors import CallError
 from dycl_jax.lower.int_ranges import int_scope
 from dycl_jax.lower.ops.control_flow import differentiable
 from dycl_jax.rewrite.decisions import Decision
+from dycl_jax.rewrite.regions import recording_decisions
 from dycl_jax.runtime.model import JaxModel
 from dycl_jax.runtime.signature import CallSignature
 from dycl_jax.runtime.state import flat_values, with_values
@@ -24,11 +25,17 @@ class TrainingJaxModel(JaxModel):
 
     Random ops (dropout, bernoulli, rand, ...) draw from `key`; `jm(...)` without one takes the
     next key of `jm.rngs.dropout` (an `nnx.Rngs`), so successive calls draw fresh masks.
+
+    On the dispatch host (`host="dispatch"`) `fn` is the host's `train_call`: control flow runs
+    in Python, each region updating the statistics as it runs (host/training.py); `updated`
+    lists every buffer, since which of them a call updates depends on its path.
     """
 
     def __init__(self, module: nnx.Module, variables: list[nnx.Variable], paths: list[str], fn: KeyedFn,
-                 signature: CallSignature, updated: list[str], rngs: nnx.Rngs, x64: bool = False):
-        super().__init__(module, variables, paths, fn, signature, "staged", x64=x64)  # type: ignore[arg-type]
+                 signature: CallSignature, updated: list[str], rngs: nnx.Rngs, x64: bool = False,
+                 host: str = "staged"):
+        super().__init__(module, variables, paths, fn, signature, host, jit=host == "staged",  # type: ignore[arg-type]
+                         structured=host == "dispatch", x64=x64)
         self.rngs = rngs
         self.updated_paths = list(updated)  # the buffers a call updates, in the program's order
         self._updated = [paths.index(p) for p in updated]
@@ -45,7 +52,11 @@ class TrainingJaxModel(JaxModel):
 
     def apply(self, state: nnx.State, *args: Any, key: Any = None) -> tuple[Any, nnx.State]:  # type: ignore[override]
         """Pure and jittable: `(outputs, new_state)`, new_state being `state` with the updated
-        statistics. Random ops need `key`. Differentiable as `JaxModel.apply`."""
+        statistics. Random ops need `key` (on the dispatch host every call does: which regions
+        draw is known only as they run). Differentiable as `JaxModel.apply`."""
+        if key is None and self.host == "dispatch":
+            raise CallError("jm.apply of a train=True model on the dispatch host needs a key",
+                            fix="pass key=jax.random.key(seed)")
         with int_scope(self.x64):
             tensors = self.signature.bind(args)
             with differentiable():
@@ -56,10 +67,19 @@ class TrainingJaxModel(JaxModel):
     def trace(self, *args: Any, key: Any = None) -> tuple[Any, list[Decision]]:  # type: ignore[override]
         """(outputs, decisions) as `JaxModel.trace`; the module's statistics are left as they are."""
         with int_scope(self.x64):
+            if self.host == "dispatch":  # the host records its decisions (and its regions') as it goes
+                with recording_decisions() as decisions:
+                    outs, _ = self._call(self._state_values(), self.signature.bind(args), self._key(key))
+                return outs, list(decisions)
             return self._traced(args, self._key(key))
 
     def padded(self, *args: Any) -> Any:
         raise CallError("a model converted with train=True has no padded form", fix="call jm(...) or jm.apply(...)")
+
+    def export(self, path: str, *, trace_capacity: int = 4096) -> dict:
+        raise CallError("a model converted with train=True is not exported (an artifact serves inference)",
+                        fix="train in JAX, write the weights back with dycl_jax.runtime.state.to_state_dict, and "
+                            "export an inference conversion (train=False)")
 
     def _traced_outputs(self, outs: Any) -> Any:
         return self.signature.unflatten(outs[0])
