@@ -174,16 +174,17 @@ class Sampler(nn.Module):
         return x + torch.randn_like(x)
 
 
-def test_random_ops_in_an_eval_conversion_are_a_located_error_and_dispatch_is_refused():
+def test_random_ops_in_an_eval_conversion_are_a_located_error_and_max_len_is_refused():
     """For inference the staged host refuses a random op, located; auto runs it in torch on the
-    dispatch host (listed in the report); train=True refuses the dispatch host."""
+    dispatch host (listed in the report); train=True refuses max_len (the dispatch host's train
+    mode: test_dispatch_train.py)."""
     with pytest.raises(DyclError) as err:
         dycl_jax.to_jax(Sampler().eval(), (torch.ones(2, 3),), host="staged")
     assert "train=True" in err.value.fix and err.value.location.file == __file__
     jm = dycl_jax.to_jax(Sampler().eval(), (torch.ones(2, 3),))
     assert jm.host == "dispatch" and "randn_like" in jm.report().host_statements[0]
-    with pytest.raises(DyclError, match="staged host only"):
-        dycl_jax.to_jax(GatedExitNet(), (torch.ones(4, DIM),), train=True, host="dispatch")
+    with pytest.raises(DyclError, match="max_len"):
+        dycl_jax.to_jax(GatedExitNet(), (torch.ones(4, DIM),), train=True, max_len=4)
 
 
 class RefinedNorm(nn.Module):

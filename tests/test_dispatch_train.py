@@ -1,0 +1,194 @@
+"""`to_jax(..., train=True)` on the dispatch host: every region on batch statistics, its running
+statistics written into the model state before the next region and the next call, random ops
+keyed per region call; compared with the ORIGINAL torch model in training mode over several
+calls (a decode loop that needs the dispatch host, and two examples run with host="dispatch")."""
+from __future__ import annotations
+
+import copy
+
+import jax
+import numpy as np
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from flax import nnx
+
+import dycl_jax
+from dycl_jax.errors import CallError, DyclError
+from examples.dynn import load
+
+DIM = 6
+
+
+class HaltingDecoder(nn.Module):
+    """A decode loop as research code writes it: tokens grown with torch.cat (a shape per step,
+    so it cannot stage), thresholds in a Python list, the stop read with `.item()`, a
+    BatchNorm (cumulative average) and dropout inside the loop body, one outside; each step
+    also draws a word-dropout style keep mask (p=0.4) that the outputs do not depend on."""
+
+    def __init__(self, p: float = 0.0):
+        super().__init__()
+        self.embed = nn.Sequential(nn.Linear(DIM, DIM), nn.BatchNorm1d(DIM))
+        self.cell = nn.Linear(DIM, DIM)
+        self.norm = nn.BatchNorm1d(DIM, momentum=None)
+        self.drop = nn.Dropout(p)
+        self.halt = nn.Linear(DIM, 1)
+        self.thresholds = [0.8, 0.6]
+
+    def forward(self, x):
+        h = F.relu(self.embed(x))
+        tokens = torch.zeros(x.shape[0], 0, dtype=torch.long)
+        keeps = []
+        for threshold in self.thresholds:
+            h = x + self.drop(torch.tanh(self.norm(self.cell(h))))
+            tokens = torch.cat([tokens, h.argmax(1, keepdim=True)], 1)
+            keeps.append(F.dropout(torch.ones(x.shape[0], 1000), 0.4, self.training))
+            confidence = torch.sigmoid(self.halt(h)).mean()
+            if confidence.item() > threshold:
+                break
+        return h, tokens, keeps
+
+
+def _stats(jm) -> dict[str, np.ndarray]:
+    return {".".join(map(str, p)): np.asarray(v.get_raw_value()) for p, v in nnx.state(jm.module).flat_state()
+            if isinstance(v, nnx.BatchStat)}
+
+
+def _assert_stats_match(got: dict[str, np.ndarray], ref: nn.Module, step: object) -> None:
+    """Every running statistic of the torch twin: counts exactly, floats within 1e-5."""
+    for name, buf in ref.named_buffers():
+        if buf.dtype == torch.int64:
+            assert int(got[name]) == int(buf), (step, name)
+        else:
+            np.testing.assert_allclose(got[name], buf.numpy(), rtol=1e-5, atol=1e-5, err_msg=f"{step} {name}")
+
+
+def _twins(cls, *args):
+    torch.manual_seed(0)
+    model = cls(*args)
+    ref = copy.deepcopy(model).train()
+    return model.eval(), ref
+
+
+def test_decode_loop_with_batchnorm_and_dropout_in_its_body_matches_torch_train_mode():
+    """Dropout p=0 in the body: outputs, tokens and statistics against torch over calls that stop
+    at every step; the p=0.4 masks: a key per region call (per loop iteration)."""
+    model, ref = _twins(HaltingDecoder)
+    saved = {k: v.clone() for k, v in model.state_dict().items()}
+    w = model.halt.weight.detach()[0]
+    base = torch.randn(8, DIM, generator=torch.Generator().manual_seed(1))
+    jm = dycl_jax.to_jax(model, (base,), train=True)
+    assert jm.host == "dispatch" and jm.dispatch_location.file == __file__
+    assert set(_stats(jm)) == {n for n, _ in ref.named_buffers()}
+    lengths = []
+    # the shift along the halting weights sets where the loop ends: a break at step 1 or 2, or none
+    for step, shift in enumerate([5.0, 1.5, -2.0, 1.5, 5.0, -2.0]):
+        x = base * (1 + 0.1 * step) + shift * w / w.norm()
+        want_h, want_tokens, _ = ref(x)
+        got_h, got_tokens, keeps = jm(x.numpy())
+        np.testing.assert_array_equal(np.asarray(got_tokens), want_tokens.numpy())
+        np.testing.assert_allclose(np.asarray(got_h), want_h.detach().numpy(), rtol=1e-5, atol=1e-5)
+        _assert_stats_match(_stats(jm), ref, step)
+        lengths.append(want_tokens.shape[1])
+        assert len(keeps) == lengths[-1]
+    assert lengths == [1, 2, 2, 2, 1, 2]
+    assert int(ref.norm.num_batches_tracked) == 2 * 1 + 4 * 2  # one update per loop iteration
+    assert all(torch.equal(v, saved[k]) for k, v in model.state_dict().items())  # the user's model untouched
+    # the last call's masks (2 iterations): kept values exactly 1/(1-p), at rate 1-p (0.025 is
+    # 4.5 standard deviations over 8000), and independent per iteration (disagreeing on 48%)
+    keeps = [np.asarray(k) for k in keeps]
+    for k in keeps:
+        np.testing.assert_array_equal(k[k != 0], np.float32(1 / 0.6))
+        assert abs((k != 0).mean() - 0.6) < 0.025
+    assert abs(((keeps[0] != 0) != (keeps[1] != 0)).mean() - 0.48) < 0.035
+    nxt = np.asarray(jm(x.numpy())[2][0])  # no key: the next one of jm.rngs
+    ref(x)
+    assert abs(((nxt != 0) != (keeps[0] != 0)).mean() - 0.48) < 0.035
+    # jm.trace: the host's decisions, statistics left as they are
+    before = _stats(jm)
+    x = base + 1.5 * w / w.norm()
+    _, decisions = jm.trace(x.numpy())
+    assert [v for _, v in decisions] == [False, True]
+    assert all(np.array_equal(v, before[k]) for k, v in _stats(jm).items())
+    # the pure form: outputs and new statistics from the state given, the module untouched; the
+    # same key gives the same masks, another key others
+    state = nnx.state(jm.module)
+    (h, _, keeps), new_state = jm.apply(state, x.numpy(), key=jax.random.key(0))
+    want_h, _, _ = ref(x)
+    np.testing.assert_allclose(np.asarray(h), want_h.detach().numpy(), rtol=1e-5, atol=1e-5)
+    _assert_stats_match({".".join(map(str, p)): np.asarray(v.get_raw_value())
+                         for p, v in nnx.state(new_state, nnx.BatchStat).flat_state()}, ref, "apply")
+    assert all(np.array_equal(v, before[k]) for k, v in _stats(jm).items())
+    (_, _, again), _ = jm.apply(state, x.numpy(), key=jax.random.key(0))
+    (_, _, other), _ = jm.apply(state, x.numpy(), key=jax.random.key(1))
+    assert all(np.array_equal(a, b) for a, b in zip(keeps, again))
+    assert ((np.asarray(other[0]) != 0) != (np.asarray(keeps[0]) != 0)).mean() > 0.3
+    with pytest.raises(CallError, match="key"):
+        jm.apply(state, x.numpy())
+
+
+@pytest.mark.parametrize("name,paths", [("shallow_deep", 3), ("skipnet_ff", 2)])
+def test_examples_on_the_dispatch_host_match_torch_train_mode(name, paths):
+    """An early exit and skipped blocks (each block's BatchNorms only on the path that runs it,
+    skipnet's downsample shortcuts registered under two names), over calls taking `paths`
+    different paths (in train mode: batch statistics decide the exits and gates)."""
+    example = load(name)
+    model, args = example.example()
+    if name == "shallow_deep":  # its configured threshold: exits 0 and 2 and the fallback on these inputs
+        model.confidence_threshold = 0.8
+    ref = copy.deepcopy(model).train()
+    jm = dycl_jax.to_jax(model, args, train=True, host="dispatch")
+    taken = set()
+    for step, (x,) in enumerate(example.inputs(4, seed=3)):
+        taken.add(example.path_of(copy.deepcopy(ref), (x,)))  # the path in train mode
+        with torch.no_grad():  # (shallow_deep's fallback runs np.argmax on its confidences)
+            want = ref(x)
+        got = jm(x.numpy())
+        for w, g in zip(jax.tree_util.tree_leaves(want), jax.tree_util.tree_leaves(got)):
+            if isinstance(w, torch.Tensor) and w.is_floating_point():
+                np.testing.assert_allclose(np.asarray(g), w.numpy(), rtol=1e-5, atol=1e-5, err_msg=str(step))
+            else:  # exit ids and flags
+                assert np.array_equal(np.asarray(g), np.asarray(w)), (step, g, w)
+        _assert_stats_match(_stats(jm), ref, step)
+    assert len(taken) == paths
+
+
+class PickedRows(nn.Module):
+    """Random numbers sized by a Python int read from the data (a compiled region's, keyed), and,
+    on two other paths, random numbers or a BatchNorm on rows picked by a mask in the same
+    statement: host statements (torch.export cannot size them), which neither the key nor the
+    JAX state reaches."""
+
+    def __init__(self):
+        super().__init__()
+        self.bn = nn.BatchNorm1d(DIM)
+
+    def forward(self, x):
+        n = int((x[:, 0] > 0).sum())
+        noise = torch.rand(n, DIM)
+        if x[0, 1] > 1:
+            return noise, torch.rand_like(x[x[:, 0] > 0]).sum()
+        if x[0, 1] < -1:
+            return noise, self.bn(x[x[:, 0] > 0]).sum()
+        return noise, x.sum()
+
+
+def test_random_sizes_from_data_run_and_host_statements_that_draw_or_update_are_located_errors():
+    model = PickedRows()
+    saved = {k: v.clone() for k, v in model.state_dict().items()}
+    x = torch.randn(8, DIM, generator=torch.Generator().manual_seed(2))
+    x[0, 1] = 0.0
+    jm = dycl_jax.to_jax(model, (x,), train=True, host="dispatch")
+    n = int((x[:, 0] > 0).sum())
+    noise = np.asarray(jm(x.numpy(), key=jax.random.key(5))[0])
+    assert noise.shape == (n, DIM) and noise.min() >= 0 and noise.max() < 1 and len(np.unique(noise)) == n * DIM
+    assert np.array_equal(noise, np.asarray(jm(x.numpy(), key=jax.random.key(5))[0]))
+    before = _stats(jm)
+    for value, says, code in ((2.0, "draws random numbers", "rand_like"), (-2.0, "updates a model buffer", "self.bn")):
+        x[0, 1] = value
+        with pytest.raises(DyclError, match=says) as err:
+            jm(x.numpy())
+        assert err.value.location.file == __file__ and code in err.value.location.code and err.value.fix
+    assert all(np.array_equal(v, before[k]) for k, v in _stats(jm).items())
+    assert all(torch.equal(v, saved[k]) for k, v in model.state_dict().items())  # torch's statistics untouched
