@@ -226,8 +226,9 @@ def _dispatch(model: torch.nn.Module, args: tuple, method: str, step: Callable[[
     if train:
         # every buffer comes back: which of them a call updates depends on its path
         updated = [i for i, e in enumerate(entries) if e.kind != "param"]
-        jm: JaxModel = TrainingJaxModel(module, variables, paths, functools.partial(dispatch.train_call, updated=updated),
-                                        signature, [paths[i] for i in updated], rngs or nnx.Rngs(0), host="dispatch")
+        call = functools.partial(dispatch.train_call, updated=updated)
+        jm: JaxModel = TrainingJaxModel(module, variables, paths, call, signature, [paths[i] for i in updated],
+                                        rngs or nnx.Rngs(0), host="dispatch")
         # regions on the example's path are captured and compiled now (its statistics not kept)
         jm._fn(jm._state_values(), signature.bind(args), jax.random.key(0))
     else:

@@ -670,8 +670,7 @@ class DispatchHost:
         ints = cap.ints or int_inputs.SymbolicInts((), frozenset())
         margins = self.margin_programs.get(graph_fp)
         if self.train and fn is self.executables.get(graph_fp):  # not a passthrough: keyed, and it may update buffers
-            st = spec.statements[0]
-            targets = training.update_targets(cap.mutations, self.path_index, Location(spec.file, st.line, st.code))
+            targets = training.update_targets(cap.mutations, self.path_index, spec.label)
             fn, margins = training.Updating(self, fn, targets), training.Updating(self, margins, targets, margins=True)
         return Compiled(fn, sources, list(cap.inputs), cap.out_tree, cap.slots, cap.constants, cap.mutated,
                         cap.passed if any(p is not None for p in cap.passed) else None,

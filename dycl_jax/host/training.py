@@ -77,24 +77,20 @@ class Updating:
 def state_index(root: torch.nn.Module, path_index: dict[str, int]) -> dict[str, int]:
     """`path_index` plus every other name of the same tensor (a module registered twice), so a
     region reading or updating a buffer under its second name uses the one state entry."""
-    out = dict(path_index)
+    named = [*root.named_parameters(remove_duplicate=False), *root.named_buffers(remove_duplicate=False)]
     first: dict[int, int] = {}
-    for name, t in list(root.named_parameters(remove_duplicate=False)) + list(root.named_buffers(remove_duplicate=False)):
+    for name, t in named:
         if name in path_index:
             first.setdefault(id(t), path_index[name])
-    for name, t in list(root.named_parameters(remove_duplicate=False)) + list(root.named_buffers(remove_duplicate=False)):
-        if name not in out and id(t) in first:
-            out[name] = first[id(t)]
-    return out
+    return {**{name: first[id(t)] for name, t in named if id(t) in first}, **path_index}
 
 
-def update_targets(mutations: Sequence[str], index: dict[str, int], where: Location) -> tuple[int, ...]:
-    """The host state entries of the buffers a region updates."""
+def update_targets(mutations: Sequence[str], index: dict[str, int], label: str) -> tuple[int, ...]:
+    """The host state entries of the buffers a region updates (torch.export names only the
+    model's own buffers, each of which has an entry: a missing one is our bug, not a fallback)."""
     missing = [m for m in mutations if m not in index]
     if missing:
-        raise DyclError(f"this region updates `{missing[0]}` in training mode, which is not a parameter or "
-                        "registered buffer of the model, so the converted model has no state for it",
-                        location=where, fix=f"register `{missing[0]}` with `self.register_buffer(...)`")
+        raise AssertionError(f"{label} updates {missing[0]}, which has no host state entry")
     return tuple(index[m] for m in mutations)
 
 
