@@ -32,6 +32,8 @@ class CFG:
         self.join: dict[int, Node] = {}  # id(compound stmt) -> node reached right after it
         self.header: dict[int, Node] = {}  # id(loop) -> its header (test / next item)
         self.entry_of: dict[int, Node] = {}  # id(stmt list) -> first node of that block
+        self.follow: dict[int, Node] = {}  # id(stmt) -> the node run right after it finishes normally
+        self.start: dict[int, Node] = {}  # id(stmt) -> its first node
         self._loops: list[_Loop] = []
         self.entry = self._block(fn.body, self.exit)
 
@@ -43,7 +45,8 @@ class CFG:
     def _block(self, stmts: list[ast.stmt], follow: Node) -> Node:
         entry = follow
         for s in reversed(stmts):
-            entry = self._stmt(s, entry)
+            self.follow[id(s)] = entry
+            entry = self.start[id(s)] = self._stmt(s, entry)
         self.entry_of[id(stmts)] = entry
         return entry
 
@@ -149,6 +152,16 @@ class Liveness:
     def after(self, stmt: ast.stmt) -> set[str]:
         """Live right after a compound statement finishes normally."""
         return set(self.cfg.join[id(stmt)].live_in)
+
+    def following(self, stmt: ast.stmt) -> set[str] | None:
+        """Live right after any statement of the function finishes normally (None: not one of its statements)."""
+        node = self.cfg.follow.get(id(stmt))
+        return None if node is None else set(node.live_in)
+
+    def before(self, stmt: ast.stmt) -> set[str] | None:
+        """Live right before a statement of the function starts (None: not one of its statements)."""
+        node = self.cfg.start.get(id(stmt))
+        return None if node is None else set(node.live_in)
 
     def entry(self, block: list[ast.stmt]) -> set[str]:
         """Live at the start of a block (a branch or loop body)."""

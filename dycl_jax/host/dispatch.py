@@ -183,10 +183,12 @@ def _check_aliases_kept(spec: RegionSpec, part: "Part", vals: tuple, leaves: lis
         frame = frame.f_back
     local = {**(frame.f_back.f_locals if frame is not None and frame.f_back is not None else {}), **env}
     owner = [n for n, v in zip(part.ins, vals) for _ in jax.tree_util.tree_leaves(v)]  # leaf -> its name
+    # a name no later statement reads may keep the old tensor
+    later = None if spec.live_after is None else spec.live_after.union(*(st.ins for st in spec.statements[part.stop:]))
     for i in mutated:
         for m, value in local.items():
             if value is leaves[i] and (i >= len(owner) or m != owner[i]) and m not in part.outs \
-                    and not m.startswith("_dycl_"):
+                    and not m.startswith("_dycl_") and (later is None or m in later):
                 st = spec.statements[part.first]
                 raise AliasedUpdateError(
                     f"a statement in this region updates a tensor in place that `{m}` also holds; torch changes "

@@ -39,6 +39,11 @@ class RegionSpec:
     outs: tuple[str, ...]
     kind: str = "region"
     tail: bool = False  # an island that ends the function: its result is the function's
+    # an island's (output, other input) positions in `ins` of names that may be one tensor: when
+    # they are, its host version runs (a staged program's output is a new array, so the other
+    # name would no longer be that tensor on paths that leave the output unchanged)
+    aliased: tuple[tuple[int, int], ...] = ()
+    live_after: frozenset[str] | None = None  # names read after the region (None: not known)
 
     @property
     def label(self) -> str:
@@ -121,6 +126,8 @@ def region(spec: RegionSpec, fns: Sequence[Callable], values: tuple) -> tuple:
 
 def island(spec: RegionSpec, fn: Callable, values: tuple) -> Any:
     """Generated code's call of a staged island: its outputs, or NOT_STAGED."""
+    if any(values[i] is values[j] for i, j in spec.aliased):
+        return NOT_STAGED  # (the rewritten torch program mirrors the host, decisions included)
     executor = _EXECUTOR.get()
     if executor is not None:
         return executor.run_island(spec, fn, values)

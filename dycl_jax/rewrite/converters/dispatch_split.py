@@ -15,6 +15,7 @@ import dataclasses
 from collections import Counter
 
 from dycl_jax.analysis.scopes import Access, access, function_locals, param_names
+from dycl_jax.rewrite.converters.branches import liveness
 from dycl_jax.rewrite.converters.logical import _Logical, truth
 from dycl_jax.rewrite.regions import RegionSpec, StatementSpec
 from dycl_jax.rewrite.templates import (OPS, SITES, Context, const, function, locate, name, op_call, set_name, tuple_of,
@@ -115,6 +116,7 @@ class _Splitter:
         self.params = param_names(scope)
         self.reads = Counter(_loads(scope))
         self.first_write = _first_writes(scope)
+        self.live = liveness(scope)
         self.loops = 0  # host loops around the block being split: a later iteration may read a name again
 
     # ------------------------------------------------------------ statements
@@ -244,8 +246,24 @@ class _Splitter:
         elsewhere = {n for n, c in self.reads.items() if c > inside.get(n, 0)}
         # a name read inside the run is needed again only if a host loop repeats the run
         again = set(inside) if self.loops else set()
-        outs = sorted(n for n in acc.writes & self.locals
-                      if n in elsewhere or n in again or n in forced or n.startswith("_dycl_"))
+        needed = elsewhere | again | set(forced)
+        outs = sorted(n for n in acc.writes & self.locals if n in needed or n.startswith("_dycl_"))
+        # a name read later that may hold a tensor the run updates in place (`a = v`, then
+        # `a[0] = ...` inside): the staged island returns the updated tensor under it too, as
+        # torch's `v` sees the update (its staged constructs give it the shared copy, `own`)
+        aliases = getattr(self.ctx.src.tree, "_dycl_aliases", None)
+        pairs: list[tuple[str, str]] = []
+        live = self._live_after(run)
+        if aliases is not None:
+            # (a name no statement before the run can have bound holds nothing the run updates)
+            others = {m for m in (needed if live is None else live) & self.locals
+                      if m not in outs and not m.startswith("_dycl_")
+                      and (m in self.params or self.loops or self.first_write.get(m, 0) < run[0].lineno)}
+            extra = {m for m in others if any(aliases.same(m, n) for n in acc.mutates)}
+            outs = sorted({*outs, *extra})
+            # a name read later that may be the same tensor as an output the run may leave as it is
+            pairs = [(n, m) for n in outs if n in ins for m in sorted(others - extra) if aliases.same(n, m)]
+            ins = sorted({*ins, *extra, *(m for _, m in pairs)})
         fn_name = self.ctx.fresh("island")
         island = locate(function(fn_name, ins, copy.deepcopy(run), outs), run[0])
         _stage(island, self.ctx)
@@ -253,7 +271,8 @@ class _Splitter:
         first = run[0].lineno
         self.ctx.sites.append(RegionSpec(self.ctx.src.file, first,  # type: ignore[arg-type]
                                          (StatementSpec(fn_name, tuple(ins), tuple(outs), first, self.ctx.code(first)),),
-                                         tuple(ins), tuple(outs), "island"))
+                                         tuple(ins), tuple(outs), "island",
+                                         aliased=tuple((ins.index(n), ins.index(m)) for n, m in pairs)))
         result = self.ctx.fresh("staged")
         self.locals.add(result)
         call = set_name(result, op_call("island", _table(site), name(fn_name), tuple_of(ins)))
@@ -332,7 +351,14 @@ class _Splitter:
         tmp = self.ctx.fresh(stem)
         self.locals.add(tmp)
         run.append(locate(set_name(tmp, value), s))
+        run[-1]._dycl_before = s  # type: ignore[attr-defined]  (what is live after it: see _live_after)
         return tmp
+
+    def _live_after(self, run: list[ast.stmt]) -> set[str] | None:
+        """Names read after the run (None: not known). A temp computed for a statement (its test,
+        its return value) is followed by that statement: what is live before it, a superset."""
+        before = getattr(run[-1], "_dycl_before", None)
+        return self.live.following(run[-1]) if before is None else self.live.before(before)
 
     @staticmethod
     def _test(test: ast.expr, s: ast.stmt) -> ast.expr:
@@ -384,7 +410,9 @@ class _Splitter:
         elsewhere = {n for n, c in self.reads.items() if c > run_reads.get(n, 0)}
         # generated temps (tests, iterables, return values) are read by the host code after the region
         outs = sorted(n for n in defined if n in elsewhere or n in exposed or n in forced or n.startswith("_dycl_"))
-        spec = RegionSpec(self.ctx.src.file, run[0].lineno, tuple(stmts), tuple(exposed), tuple(outs))
+        live = self._live_after(run)
+        spec = RegionSpec(self.ctx.src.file, run[0].lineno, tuple(stmts), tuple(exposed), tuple(outs),
+                          live_after=None if live is None else frozenset(live))
         self.ctx.sites.append(spec)  # type: ignore[arg-type]  (generated code reads specs from the site table)
         call = op_call("region", _table(len(self.ctx.sites) - 1),
                        ast.Tuple(elts=[name(st.fn) for st in stmts], ctx=ast.Load()),
