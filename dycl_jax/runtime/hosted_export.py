@@ -207,8 +207,11 @@ class _Writer:
     def check_coverage(self, spec: Any, part: Part, out: dict) -> None:
         """Note a part whose programs are per signature while its signature changed with the input
         before export (shapes or Python values): other inputs may give signatures it lacks."""
-        fixed = [e for e in out["entries"] if not {"ranges", "ints", "widened"} & set(e)] + list(out.get("numpy", ()))
-        if len(fixed) < 2:
+        fixed = [e for e in out["entries"] + list(out.get("numpy", ())) if not {"ranges", "widened"} & set(e)]
+        # programs that differ only in dtypes (an int32 buffer becoming int64 after the first step) are
+        # not a signature that changes with the input
+        forms = {(e["tree"], json.dumps([k[:2] if k[0] == "a" else k for k in e["key"]])) for e in fixed}
+        if len(forms) < 2:
             return
         first = spec.statements[part.first]
         shown = "; ".join(ints.describe(e["key"]) for e in fixed[:3]) + ("; ..." if len(fixed) > 3 else "")
@@ -250,8 +253,9 @@ class _Writer:
                               sym_avals, where, ranges)]
         for m, (small, plain1, traced1, avals1, tensors1, sources1) in enumerate(symbolic.small_sizes(
                 self.host, spec, part, fns, group, self.example, self.state, shapes, ranges)):
-            made.append(self.exported(f"r{rid}p{k}e{n}s{m}", tree, [self.leaf_key(key, where) for key in small],
-                                      sources1, entry, plain1, traced1, avals1, tensors1, where))
+            made.append({**self.exported(f"r{rid}p{k}e{n}s{m}", tree, [self.leaf_key(key, where) for key in small],
+                                         sources1, entry, plain1, traced1, avals1, tensors1, where),
+                         "widened": True})  # sizes the symbolic program leaves out
         return made, shapes, ranges
 
     def exported(self, name: str, tree: Any, keys: list, sources: list, entry: Compiled, plain: Any,
@@ -422,8 +426,12 @@ def write_hosted(jm: "JaxModel", path: str, trace_capacity: int, strict: bool = 
                            host.method)
     writer = _Writer(jm, host, program, trace_capacity, strict)
     regions = [writer.region(rid) for rid in range(len(program.regions))]
-    for problem in writer.uncovered:
-        warnings.warn(ExportCoverageWarning(str(problem)), stacklevel=4)
+    if writer.uncovered:  # one warning for the artifact: the first site in full, the others by file:line
+        first, rest = writer.uncovered[0], writer.uncovered[1:]
+        more = f"\n  and {len(rest)} more such site(s): " + ", ".join(
+            f"{os.path.basename(p.location.file)}:{p.location.line}" for p in rest) if rest else ""
+        warnings.warn(ExportCoverageWarning(f"{first}{more}\n  (the manifest's `coverage` lists them; "
+                                            "jm.export(..., strict=True) refuses such an artifact)"), stacklevel=4)
     text = program.module_text(writer.statements) + "".join(f"\n\n{c}\n" for c in writer.numpy_code)
     if writer.numpy_code and "import numpy as np" not in text:
         text = text.replace("\n\n\n", "\nimport numpy as np\n\n\n", 1)
