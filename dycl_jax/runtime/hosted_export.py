@@ -227,7 +227,8 @@ class _Writer:
                      symbolic: frozenset[int] = frozenset()) -> Compiled:
         """The part captured again at one signature: its Python ints constants, less `symbolic`."""
         args = [self.example(key) for key in leaves]
-        jleaves = [values.to_jax(v) if isinstance(v, torch.Tensor) else v for v in args]
+        # arrays as the live host holds them (numpy in the key's dtype: an int64 one keeps the program 64-bit)
+        jleaves = [np.zeros(key[0], key[1]) if isinstance(v, torch.Tensor) else v for key, v in zip(leaves, args)]
         torch_args = tuple(jax.tree_util.tree_unflatten(tree, args))
         previous, self.host._state = self.host._state, self.state  # the capture runs the program once
         try:
