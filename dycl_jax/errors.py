@@ -1,4 +1,4 @@
-"""All user-facing error classes of dycl_jax, in one place."""
+"""All user-facing error and warning classes of dycl_jax, in one place."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -64,3 +64,9 @@ class DecodeBoundError(DyclError):
 
 class UsageError(DyclError):
     """Bad command-line input: a missing module, file or factory, a bad shape or dtype."""
+
+
+class ExportCoverageWarning(UserWarning):
+    """`jm.export` of a dispatch-host model wrote an artifact that serves only some inputs (a path
+    or signature not run before export); `str()` names the user's file and line and the fix.
+    `jm.export(..., strict=True)` raises it as a DyclError instead."""

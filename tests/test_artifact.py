@@ -11,6 +11,7 @@ import os
 import pickle
 import subprocess
 import sys
+import warnings
 
 import numpy as np
 import pytest
@@ -18,7 +19,7 @@ import torch
 import torch.nn as nn
 
 import dycl_jax
-from dycl_jax.errors import CallError, DecodeBoundError, DyclError
+from dycl_jax.errors import CallError, DecodeBoundError, DyclError, ExportCoverageWarning
 from dycl_jax.rewrite.api import run_torch_trace
 from examples.dynn import load
 import converted  # tests/: the example conversions this process made already
@@ -67,6 +68,9 @@ def _numpy(args: tuple) -> tuple:
     return tuple(a.numpy() if isinstance(a, torch.Tensor) else a for a in args)
 
 
+WARNED: dict[str, list] = {}  # per case: the ExportCoverageWarnings its export gave (filled by `artifacts`)
+
+
 @pytest.fixture(scope="module")
 def artifacts(tmp_path_factory):
     """Each case: (torch model, jm, manifest, inputs) and what the torch-free runner returned."""
@@ -93,9 +97,23 @@ def artifacts(tmp_path_factory):
         for a in chosen:  # the host compiles each region signature these inputs reach
             jm(*a)
         cases[name] = (model, jm, chosen + held_out(name))
-    jobs, manifests = {}, {}
+    # a greedy decode whose Python step counter reaches the loop body: run at two lengths only
+    torch.manual_seed(1)
+    step_decoder = StepDecoder().eval()
+    g = torch.Generator().manual_seed(1)
+    by_length: dict = {}
+    for _ in range(60):
+        x = torch.randn(1, 4, generator=g) * 2
+        by_length.setdefault(step_decoder(x)[2], (x,))
+    jm = dycl_jax.to_jax(step_decoder, by_length[3])
+    jm(*by_length[4])
+    cases["step_decode"] = (step_decoder, jm, [by_length[n] for n in sorted(by_length)])
+    jobs, manifests, warned = {}, {}, {}
     for name, (model, jm, inputs) in cases.items():
-        manifests[name] = jm.export(str(root / name))
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", ExportCoverageWarning)
+            manifests[name] = jm.export(str(root / name))
+        warned[name] = [w.message for w in caught if w.category is ExportCoverageWarning]
         jobs[name] = (str(root / name), [_numpy(a) for a in inputs])
     with open(root / "jobs.pkl", "wb") as f:
         pickle.dump(jobs, f)
@@ -105,6 +123,7 @@ def artifacts(tmp_path_factory):
     assert proc.returncode == 0, proc.stderr[-3000:]
     with open(root / "out.pkl", "rb") as f:
         results = pickle.load(f)
+    WARNED.update(warned)
     return cases, manifests, results, root
 
 
@@ -305,3 +324,69 @@ def test_structured_signature_round_trip_and_call_errors(tmp_path) -> None:
                          (({"x": x.astype(np.float16), "y": y}, 0.1), "expected float32")]:
         with pytest.raises(CallError, match=message):
             loaded(*bad)
+
+
+END, MAX_STEPS = 0, 10
+
+
+class StepDecoder(nn.Module):
+    """Greedy decode into a preallocated buffer: a Python step counter indexes the position
+    table and the buffer and shifts the end score (`.item()` ends it), so the loop body takes
+    the step as a Python int; the count comes back as a Python int."""
+
+    def __init__(self):
+        super().__init__()
+        self.inp = nn.Linear(4, 8)
+        self.cell = nn.Linear(8, 8)
+        self.head = nn.Linear(8, 5)
+        self.pos = nn.Parameter(torch.randn(MAX_STEPS, 8) * 0.5)
+
+    def forward(self, x):
+        h = torch.tanh(self.inp(x))
+        tokens = torch.zeros(1, MAX_STEPS, dtype=torch.long)
+        step = 0
+        while True:
+            h = torch.tanh(self.cell(h) + self.pos[step])
+            scores = self.head(h)
+            scores[:, END] += (step - 3) * 0.8 + x[:, 0]
+            word = scores.argmax(-1)
+            tokens[:, step] = word
+            step += 1
+            if word.item() == END or step >= MAX_STEPS:
+                break
+        return tokens, h, step
+
+
+def test_decode_artifact_serves_step_counts_never_run_before_export(artifacts) -> None:
+    cases, manifests, results, _ = artifacts
+    model, jm, inputs = cases["step_decode"]
+    lengths = []
+    for k, (args, run) in enumerate(zip(inputs, results["step_decode"])):
+        assert run[0] == "ok", run
+        _, plain, traced, decisions = run
+        with torch.no_grad():
+            want = model(*args)
+        # tokens and the step count exactly, the hidden state within 1e-4, decisions as torch's
+        assert_same(want, (plain[0], plain[1], int(plain[2])), f"step_decode input {k} (loaded vs torch)")
+        assert_same(want, (traced[0], traced[1], int(traced[2])), f"step_decode input {k} (loaded trace)")
+        _same_decisions(jm.trace(*args)[1], decisions, f"step_decode input {k}")
+        lengths.append(int(plain[2]))
+    assert lengths == list(range(1, MAX_STEPS + 1)), lengths  # only 3 and 4 ran before export
+    man = manifests["step_decode"]
+    body = [p for r in man["regions"] if "step" in r["ins"] for p in r["parts"]]  # the loop body, the return
+    assert body and all(any("ints" in e for e in p["entries"]) for p in body), "the step is not a scalar input"
+    assert man["coverage"]["complete"] and WARNED["step_decode"] == []
+
+
+def test_export_warns_where_unseen_inputs_are_not_served(artifacts, tmp_path) -> None:
+    cases, manifests, _, _ = artifacts
+    # captioning's loop body takes the growing `alphas` list: one program per length, said at export
+    lines = {u["line"] for u in manifests["captioning"]["coverage"]["uncovered"]}
+    assert {71, 84} <= lines and not manifests["captioning"]["coverage"]["complete"]
+    messages = [str(w) for w in WARNED["captioning"]]  # one warning per artifact, the first site in full
+    assert len(messages) == 1 and messages[0].startswith("captioning.py:71:") and "captioning.py:84" in messages[0]
+    assert "before jm.export" in messages[0] and WARNED["shape_branch"] == []
+    with pytest.raises(DyclError) as info:
+        cases["captioning"][1].export(str(tmp_path / "strict"), strict=True)
+    assert info.value.location.file.endswith("captioning.py") and "strict=False" in info.value.fix
+    assert not os.path.exists(tmp_path / "strict" / "manifest.json")

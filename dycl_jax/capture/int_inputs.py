@@ -67,7 +67,9 @@ class SymbolicInts:
 
 
 def _lambda(args: list[str], body: str) -> Callable:
-    return eval(f"lambda {', '.join(args)}: {body}", dict(_NAMESPACE))  # noqa: S307 (our own printed sympy)
+    fn = eval(f"lambda {', '.join(args)}: {body}", dict(_NAMESPACE))  # noqa: S307 (our own printed sympy)
+    fn.printed = (tuple(args), body)  # the text, for an exported host to evaluate without torch
+    return fn
 
 
 def int_result(position: int, value: torch.SymInt | torch.SymBool, symbols: dict[sympy.Symbol, int]) -> IntResult:

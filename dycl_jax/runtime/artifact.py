@@ -27,13 +27,13 @@ if TYPE_CHECKING:
 PLATFORMS = ("cpu", "cuda")
 
 
-def write_artifact(jm: "JaxModel", path: str, trace_capacity: int = 4096) -> dict:
+def write_artifact(jm: "JaxModel", path: str, trace_capacity: int = 4096, strict: bool = False) -> dict:
     """Write `jm` as a deployable directory at `path`; returns the manifest."""
     if type(trace_capacity) is not int or trace_capacity < 1:
         raise DyclError(f"trace_capacity must be a positive int, got {trace_capacity!r}")
     if jm.host != "staged":  # the host program and its regions (runtime/hosted_export.py)
         from dycl_jax.runtime.hosted_export import write_hosted
-        return write_hosted(jm, path, trace_capacity)
+        return write_hosted(jm, path, trace_capacity, strict)
     with int_scope(jm.x64):
         state = [jax.ShapeDtypeStruct(np.shape(v), v.dtype) for v in jm._state_values()]
         program, batch = _export_batched(jm, jm._fn, state)

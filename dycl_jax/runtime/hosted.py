@@ -16,6 +16,19 @@ from dycl_jax.errors import CallError, Location
 from dycl_jax.rewrite.decisions import Decision
 
 HOST_MODULE, CONSTANTS = "host.py", "constants.safetensors"
+INT_LEAF = ["i"]  # a signature leaf a program takes as a symbolic int: any value in [0, int32 max]
+_INT32_MAX = 2**31 - 1  # (lower/dtypes.INT32_MAX; that module imports torch)
+# what a program's printed guard and computed ints may call (runtime/hosted_ints.py checks it)
+INT_NAMESPACE = {"math": math, "min": min, "max": max, "abs": abs, "int": int, "float": float, "bool": bool,
+                 "inf": math.inf}
+
+
+def printed_int_fn(printed: list | None) -> Any:
+    """A guard or computed int written as (argument names, expression), as a function; None for none."""
+    if printed is None:
+        return None
+    args, body = printed
+    return eval(f"lambda {', '.join(args)}: {body}", dict(INT_NAMESPACE))  # noqa: S307 (the artifact's own text)
 
 
 class Undefined:
@@ -150,6 +163,10 @@ class HostRuntime:
                            for p in r.get("parts", ())] for r in self.regions]
         self.lookup = [[{self._entry_key(e["tree"], e["key"]): e for e in p["entries"]} for p in r.get("parts", ())]
                        for r in self.regions]
+        # programs over symbolic ints: their guard and the ints the host computes, as functions
+        self.int_fns = {e["name"]: (printed_int_fn(e["guard"]), [(pos, ls, printed_int_fn([a, b]), int if k == "int"
+                                                                  else bool) for pos, ls, a, b, k in e["computed"]])
+                        for r in self.regions for p in r.get("parts", ()) for e in p["entries"] if "ints" in e}
 
     @staticmethod
     def _entry_key(tree: str, key: list) -> str:
@@ -206,8 +223,9 @@ class HostRuntime:
         entry = self.lookup[rid][k].get(self._entry_key(str(tree), [_leaf_key(v) for v in leaves]))
         if entry is not None:
             return self._run(entry, leaves)[0]  # a region program gives (outputs, module attributes)
-        entry = next((e for e in part["entries"] if "ranges" in e and _fits(e, str(tree), leaves)), None)
-        if entry is not None:  # a program with symbolic sizes
+        entry = next((e for e in part["entries"] if "ranges" in e and _fits(e, str(tree), leaves)
+                      or "ints" in e and self._ints_fit(e, str(tree), leaves)), None)
+        if entry is not None:  # a program with symbolic sizes or symbolic ints
             return self._run(entry, leaves)[0]
         if "sizes" in part:  # statements computing Python values from sizes only
             env = dict(zip(part["ins"], jax.tree_util.tree_map(
@@ -233,6 +251,20 @@ class HostRuntime:
                         location=Location(r["file"], r["line"], ""),
                         fix="before jm.export, call jm on inputs that reach these shapes and values")
 
+    def _ints_fit(self, e: dict, tree: str, leaves: list) -> bool:
+        """Whether a program over symbolic ints takes these leaves: the other leaves as keyed, each
+        int in [0, int32 max], and its guard (torch.export's, e.g. an index's bounds) holds."""
+        if e["tree"] != tree or len(e["key"]) != len(leaves):
+            return False
+        for want, v in zip(e["key"], leaves):
+            if want == INT_LEAF:
+                if type(v) is not int or not 0 <= v <= _INT32_MAX:
+                    return False
+            elif want != _leaf_key(v):
+                return False
+        guard = self.int_fns[e["name"]][0]
+        return guard is None or bool(guard(leaves))
+
     def _run(self, e: dict, leaves: list) -> Any:
         if e.get("mutated") and _aliased(leaves):
             raise CallError("this call passes one array under several names to a program that updates its inputs "
@@ -257,6 +289,8 @@ class HostRuntime:
         flat = [outs[s] if s is not None else _constant(c, self) for s, c in zip(e["slots"], e["constants"])]
         if e["passed"] is not None:
             flat = [leaves[p] if p is not None else v for p, v in zip(e["passed"], flat)]
+        for position, ls, fn, kind in self.int_fns[e["name"]][1] if "ints" in e else ():
+            flat[position] = kind(fn(*[leaves[i] for i in ls]))  # `t + 1` of the ints the program took
         return _build(e["out_tree"], flat)
 
 

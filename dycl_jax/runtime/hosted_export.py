@@ -1,6 +1,8 @@
 """`jm.export` of a dispatch-host model: the host program as torch-free Python (emit/host_program.py),
 every compiled region signature the host has run as serialized StableHLO (plain and
-decision-traced), plain-Python statements as code, and a manifest `runtime/hosted.py` loads."""
+decision-traced; symbolic sizes and ints where they hold, hosted_symbolic.py / hosted_ints.py),
+plain-Python statements as code, and a manifest `runtime/hosted.py` loads; what the artifact
+cannot serve for unseen inputs is warned about (or refused, `strict`) at export."""
 from __future__ import annotations
 
 import ast
@@ -8,6 +10,7 @@ import copy
 import json
 import math
 import os
+import warnings
 from typing import TYPE_CHECKING, Any
 
 import jax
@@ -19,7 +22,7 @@ from safetensors.flax import save_file
 from dycl_jax import __version__
 from dycl_jax.emit.host_ops import numpy_statement
 from dycl_jax.emit.host_program import SHAPE_READS, HostProgram, host_program, plain_statement
-from dycl_jax.errors import DyclError, Location
+from dycl_jax.errors import DyclError, ExportCoverageWarning, Location
 from dycl_jax.host.dispatch import DIRECT, EAGER, Compiled, DispatchHost, Part
 from dycl_jax.lower.decision_log import DecisionLog
 from dycl_jax.lower.dtypes import to_jax_dtype
@@ -28,6 +31,7 @@ from dycl_jax.lower.ops.control_flow import recording
 from dycl_jax.host import values
 from dycl_jax.rewrite.modes import exclusive
 from dycl_jax.rewrite.plan import Undefined
+from dycl_jax.runtime import hosted_ints as ints
 from dycl_jax.runtime import hosted_symbolic as symbolic
 from dycl_jax.runtime.artifact import _export
 from dycl_jax.runtime.loaded import MANIFEST, PARAMS, save_params
@@ -41,8 +45,8 @@ _ITEM_OPS = {"_local_scalar_dense.default"}  # what `.item()` / `.tolist()` run 
 
 
 class _Writer:
-    def __init__(self, jm: "JaxModel", host: DispatchHost, program: HostProgram, capacity: int):
-        self.jm, self.host, self.program, self.capacity = jm, host, program, capacity
+    def __init__(self, jm: "JaxModel", host: DispatchHost, program: HostProgram, capacity: int, strict: bool):
+        self.jm, self.host, self.program, self.capacity, self.strict = jm, host, program, capacity, strict
         self.modules = {id(m): p for p, m in host.root.named_modules()}
         self.state = jm._state_values()
         self.files: dict[str, bytes] = {}
@@ -51,6 +55,16 @@ class _Writer:
         self.statements: set[str] = set()
         self.numpy_code: list[str] = []
         self.by_id = {id(m): m for _, m in host.root.named_modules()}
+        self.uncovered: list[DyclError] = []  # what the artifact cannot serve for unseen inputs (warned)
+        self.widened: set[int] = set()  # static programs export added at int values no guard took
+
+    def note_uncovered(self, problem: DyclError) -> None:
+        """What the artifact will not serve for inputs unlike those run before export: a warning
+        once written, or (strict) the refusal now."""
+        if self.strict:
+            raise DyclError(f"{problem.message} (strict=True refuses such an artifact)", location=problem.location,
+                            fix=f"{problem.fix}; or export with strict=False (then a warning per such site)")
+        self.uncovered.append(problem)
 
     # ------------------------------------------------------------ values
 
@@ -106,7 +120,12 @@ class _Writer:
         out: dict[str, Any] = {"label": spec.label, "file": spec.file, "line": spec.line, "kind": spec.kind,
                                "ins": list(spec.ins), "outs": list(spec.outs)}
         st = self.host.regions.get(id(spec))
-        if st is None:  # a path not run before export: the loaded host says so if it gets there
+        if st is None:  # a path not run before export: warned here, and the loaded host says so if it gets there
+            self.note_uncovered(DyclError(
+                f"{os.path.basename(spec.file)}:{spec.line}: the {spec.label} never ran before export, so the "
+                "artifact holds no program for it; an input that reaches it gets a CallError when the artifact is "
+                "called", location=Location(spec.file, spec.line, ""),
+                fix="before jm.export, call jm on inputs that take this path"))
             return {**out, "ran": False}
         return {**out, "ran": True, "parts": [self.part(spec, rid, k, p) for k, p in enumerate(st.parts)]}
 
@@ -124,12 +143,7 @@ class _Writer:
             why = part.in_torch if on_host and part.in_torch else None
             why = why or plain_statement(spec, part.first, part.stop, self.program, fname, on_host)
             if why is not None:
-                raise DyclError(
-                    f"{os.path.basename(spec.file)}:{first.line}: `{first.code.strip()}` runs on the dispatch host "
-                    f"({part.host_reason or 'plain Python'}), and an exported host cannot run it without torch: {why}",
-                    location=where,
-                    fix="write the statement with tensor operations torch.export captures, or keep this model in "
-                        "Python with torch (jm(...)); staged models export with host=\"staged\"")
+                _refuse_on_host(spec, part, why)
             sts = [(self.program.statement_name(fname, s.fn), s) for s in spec.statements[part.first:part.stop]]
             self.statements.update(n for n, _ in sts)
             out["python"] = [[n, list(s.ins), list(s.outs)] for n, s in sts]
@@ -142,7 +156,7 @@ class _Writer:
             self.statements.update(n for n, _ in sts)
             out["sizes"] = [[n, list(s.ins), list(s.outs)] for n, s in sts]
         served: set[int] = set()  # signatures a symbolic program takes
-        out["symbolic"] = []
+        out["symbolic"] = ints.widen(self, spec, part, fname) if part.variants else []
         for group in symbolic.groups(part):
             result = self.symbolic(spec, rid, k, part, fname, group, len(out["entries"]), where)
             if isinstance(result, str):
@@ -154,31 +168,72 @@ class _Writer:
             served |= {id(e) for _, l, e in group if symbolic.fits(shapes, l, index, ranges)}
             out["symbolic"].append(f"{len(group)} signatures as one program, symbols {ranges}")
         for key, entry in list(part.cache.items()):
-            if key[0] == "variant":  # a program over symbolic ints: one static program per signature it served
-                for tree, leaves, grad, same in part.served.get(id(entry), ()):
-                    if grad:
-                        static = self.static_entry(spec, part, fname, tree, leaves, same)
-                        out["entries"].append(self.entry(rid, k, len(out["entries"]), tree, leaves, static, where))
+            if key[0] == "variant":  # a program over symbolic ints
+                self.variant(spec, rid, k, part, fname, entry, out, where)
                 continue
             tree, leaves, grad, same = key
             if same and isinstance(entry, Compiled) and entry.mutated:
-                raise DyclError(
-                    f"{os.path.basename(spec.file)}:{first.line}: the {spec.label} updates in place a tensor that "
-                    "has several names here, and an exported host does not keep those names one tensor",
-                    location=where, fix="keep this model in Python with torch (jm(...)), or update one name only")
+                _refuse_aliased(spec, part)
             if isinstance(entry, Compiled) and grad and id(entry) not in served:
                 out["entries"].append(self.entry(rid, k, len(out["entries"]), tree, leaves, entry, where))
+                if id(entry) in self.widened:
+                    out["entries"][-1]["widened"] = True
+        out["covers"] = [ints.describe(e["key"]) + (f" (sizes {e['ranges']})" if "ranges" in e else "")
+                         for e in out["entries"]] + [ints.describe(e["key"]) for e in out.get("numpy", ())]
+        self.check_coverage(spec, part, out)
         return out
 
-    def static_entry(self, spec: Any, part: Part, fname: str, tree: Any, leaves: tuple, same: tuple) -> Compiled:
-        """The part captured again at one signature with its Python ints as constants."""
+    def variant(self, spec: Any, rid: int, k: int, part: Part, fname: str, entry: Compiled, out: dict,
+                where: Location) -> None:
+        """A program over symbolic ints as one exported program taking them as scalars, else (its
+        guard or computed ints have no torch-free form) one static program per signature it served."""
+        served = [key for key in part.served.get(id(entry), ()) if key[2]]
+        if not served:
+            return
+        if served[0][3] and entry.mutated:
+            _refuse_aliased(spec, part)
+        fields = ints.int_fields(entry, served)
+        if isinstance(fields, dict):
+            tree, leaves, _, _ = served[0]
+            keys = ints.int_keys([self.leaf_key(key, where) for key in leaves], entry)
+            out["entries"].append({**self.entry(rid, k, len(out["entries"]), tree, leaves, entry, where, keys),
+                                   **fields})
+            return
+        out["symbolic"].append(f"{len(served)} signatures over Python ints kept apart: {fields}")
+        for tree, leaves, _, same in served:
+            static = self.static_entry(spec, part, fname, tree, leaves, same)
+            out["entries"].append(self.entry(rid, k, len(out["entries"]), tree, leaves, static, where))
+
+    def check_coverage(self, spec: Any, part: Part, out: dict) -> None:
+        """Note a part whose programs are per signature while its signature changed with the input
+        before export (shapes or Python values): other inputs may give signatures it lacks."""
+        fixed = [e for e in out["entries"] + list(out.get("numpy", ())) if not {"ranges", "widened"} & set(e)]
+        # programs that differ only in dtypes (an int32 buffer becoming int64 after the first step) are
+        # not a signature that changes with the input
+        forms = {(e["tree"], json.dumps([k[:2] if k[0] == "a" else k for k in e["key"]])) for e in fixed}
+        if len(forms) < 2:
+            return
+        first = spec.statements[part.first]
+        shown = "; ".join(ints.describe(e["key"]) for e in fixed[:3]) + ("; ..." if len(fixed) > 3 else "")
+        self.note_uncovered(DyclError(
+            f"{os.path.basename(spec.file)}:{first.line}: the {spec.label} ran with {len(fixed)} input signatures "
+            f"before export ({shown}) and is exported as one program per signature, so the artifact serves only "
+            "those; an input that gives it another one gets a CallError when the artifact is called",
+            location=Location(spec.file, first.line, first.code),
+            fix="before jm.export, call jm on inputs that reach every shape and Python value this statement takes "
+                "(e.g. every decode length), or pass a tensor instead of a Python list or int that changes per call"))
+
+    def static_entry(self, spec: Any, part: Part, fname: str, tree: Any, leaves: tuple, same: tuple,
+                     symbolic: frozenset[int] = frozenset()) -> Compiled:
+        """The part captured again at one signature: its Python ints constants, less `symbolic`."""
         args = [self.example(key) for key in leaves]
-        jleaves = [values.to_jax(v) if isinstance(v, torch.Tensor) else v for v in args]
+        # arrays as the live host holds them (numpy in the key's dtype: an int64 one keeps the program 64-bit)
+        jleaves = [np.zeros(key[0], key[1]) if isinstance(v, torch.Tensor) else v for key, v in zip(leaves, args)]
         torch_args = tuple(jax.tree_util.tree_unflatten(tree, args))
         previous, self.host._state = self.host._state, self.state  # the capture runs the program once
         try:
             entry, _, _ = exclusive(self.host._capture)(spec, part, self.units(spec, fname), jleaves, tree,
-                                                         torch_args, frozenset(), same)
+                                                         torch_args, symbolic, same)
         finally:
             self.host._state = previous
         return entry
@@ -199,8 +254,9 @@ class _Writer:
                               sym_avals, where, ranges)]
         for m, (small, plain1, traced1, avals1, tensors1, sources1) in enumerate(symbolic.small_sizes(
                 self.host, spec, part, fns, group, self.example, self.state, shapes, ranges)):
-            made.append(self.exported(f"r{rid}p{k}e{n}s{m}", tree, [self.leaf_key(key, where) for key in small],
-                                      sources1, entry, plain1, traced1, avals1, tensors1, where))
+            made.append({**self.exported(f"r{rid}p{k}e{n}s{m}", tree, [self.leaf_key(key, where) for key in small],
+                                         sources1, entry, plain1, traced1, avals1, tensors1, where),
+                         "widened": True})  # sizes the symbolic program leaves out
         return made, shapes, ranges
 
     def exported(self, name: str, tree: Any, keys: list, sources: list, entry: Compiled, plain: Any,
@@ -258,12 +314,7 @@ class _Writer:
             name = f"{fname}__r{rid}p{k}k{n}"
             text, why = numpy_statement(run, [values[i] for i in index], name)
             if text is None:
-                first = spec.statements[part.first]
-                raise DyclError(
-                    f"{os.path.basename(spec.file)}:{first.line}: `{first.code.strip()}` runs on the dispatch host "
-                    f"({part.host_reason}), and an exported host cannot run it without torch: {why}",
-                    location=where, fix="write the statement with tensor operations torch.export captures, or keep "
-                                        "this model in Python with torch (jm(...))")
+                _refuse_on_host(spec, part, why)
             self.numpy_code.append(text)
             out.append({"tree": str(tree), "key": [self.leaf_key(key, where) for key in leaves], "fn": name})
         return out
@@ -283,12 +334,13 @@ class _Writer:
             return float.fromhex(value)
         return value
 
-    def entry(self, rid: int, k: int, n: int, tree: Any, leaves: tuple, entry: Compiled, where: Location) -> dict:
-        """One compiled signature as it is."""
-        keys = [self.leaf_key(key, where) for key in leaves]
+    def entry(self, rid: int, k: int, n: int, tree: Any, leaves: tuple, entry: Compiled, where: Location,
+              keys: list | None = None) -> dict:
+        """One compiled signature as it is (`keys`: its JSON key, symbolic int leaves as INT_LEAF)."""
+        keys = keys or [self.leaf_key(key, where) for key in leaves]
         state_avals = [jax.ShapeDtypeStruct(np.shape(self.state[v] if s else v), (self.state[v] if s else v).dtype)
                        for s, v in entry.sources]
-        tensor_avals = [jax.ShapeDtypeStruct(tuple(keys[i][1]), np.dtype(keys[i][2])) for i in entry.tensor_leaves]
+        tensor_avals = ints.tensor_avals(keys, entry)
         with int_scope(entry.x64):  # the plain functions: never a trace cached under a recorder
             plain = _export(getattr(entry.fn, "__wrapped__", entry.fn), state_avals, tensor_avals)
         traced = getattr(entry.margins, "__wrapped__", entry.margins)
@@ -306,6 +358,26 @@ class _Writer:
             return outs, ms, log.log
 
         return _export(traced, state, tensors), log.sites
+
+
+def _refuse_aliased(spec: Any, part: Part) -> None:
+    first = spec.statements[part.first]
+    raise DyclError(
+        f"{os.path.basename(spec.file)}:{first.line}: the {spec.label} updates in place a tensor that has several "
+        "names here, and an exported host does not keep those names one tensor",
+        location=Location(spec.file, first.line, first.code),
+        fix="keep this model in Python with torch (jm(...)), or update one name only")
+
+
+def _refuse_on_host(spec: Any, part: Part, why: str) -> None:
+    """Refuse a part that runs on the dispatch host in a form an exported host cannot run."""
+    first = spec.statements[part.first]
+    raise DyclError(
+        f"{os.path.basename(spec.file)}:{first.line}: `{first.code.strip()}` runs on the dispatch host "
+        f"({part.host_reason or 'plain Python'}), and an exported host cannot run it without torch: {why}",
+        location=Location(spec.file, first.line, first.code),
+        fix="write the statement with tensor operations torch.export captures, or keep this model in Python with "
+            "torch (jm(...)); staged models export with host=\"staged\"")
 
 
 def _tree_json(treedef: Any, n: int) -> Any:
@@ -338,8 +410,9 @@ def _module_attributes(root: torch.nn.Module) -> dict[str, dict]:
     return out
 
 
-def write_hosted(jm: "JaxModel", path: str, trace_capacity: int) -> dict:
-    """Write the dispatch-host model `jm` as an artifact directory; returns its manifest."""
+def write_hosted(jm: "JaxModel", path: str, trace_capacity: int, strict: bool = False) -> dict:
+    """Write the dispatch-host model `jm` as an artifact directory; returns its manifest. What it
+    cannot serve for inputs unlike those run before export is warned about (refused if `strict`)."""
     host: DispatchHost = jm._fn  # type: ignore[assignment]
     if host.attrs.slots:
         raise DyclError("the host program's statements write module attributes (state kept on `self` between "
@@ -352,8 +425,14 @@ def write_hosted(jm: "JaxModel", path: str, trace_capacity: int) -> dict:
                         location=jm.dispatch_location, fix="wrap the model so that its method takes only tensors")
     program = host_program(host.plan.dispatch, {id(m): p for p, m in host.root.named_modules()}, host.root,
                            host.method)
-    writer = _Writer(jm, host, program, trace_capacity)
+    writer = _Writer(jm, host, program, trace_capacity, strict)
     regions = [writer.region(rid) for rid in range(len(program.regions))]
+    if writer.uncovered:  # one warning for the artifact: the first site in full, the others by file:line
+        first, rest = writer.uncovered[0], writer.uncovered[1:]
+        more = f"\n  and {len(rest)} more such site(s): " + ", ".join(
+            f"{os.path.basename(p.location.file)}:{p.location.line}" for p in rest) if rest else ""
+        warnings.warn(ExportCoverageWarning(f"{first}{more}\n  (the manifest's `coverage` lists them; "
+                                            "jm.export(..., strict=True) refuses such an artifact)"), stacklevel=4)
     text = program.module_text(writer.statements) + "".join(f"\n\n{c}\n" for c in writer.numpy_code)
     if writer.numpy_code and "import numpy as np" not in text:
         text = text.replace("\n\n\n", "\nimport numpy as np\n\n\n", 1)
@@ -366,8 +445,14 @@ def write_hosted(jm: "JaxModel", path: str, trace_capacity: int) -> dict:
         "args": {"tuple": [{"leaf": {"input": k}} for k in range(len(inputs))]},
         "regions": regions, "modules": _module_attributes(host.root), "state": jm.state_paths,
         "shapes": "a region's signatures that differ only in array sizes share one program with symbolic sizes "
-                  "where torch.export and jax.export take them (each part's `symbolic` says); the others are "
-                  "exported per signature the host ran before export",
+                  "where torch.export and jax.export take them (each part's `symbolic` says); a program over "
+                  "Python ints takes them as scalar inputs; the others are exported per signature the host ran "
+                  "before export (`coverage` lists where that leaves inputs unserved)",
+        "coverage": {"complete": not writer.uncovered,
+                     "uncovered": [{"file": p.location.file, "line": p.location.line, "what": p.message,
+                                    "fix": p.fix} for p in writer.uncovered],
+                     "note": "each region part's `covers` lists the signatures its programs take: `int (any "
+                             "value ...)` is a Python int taken as a scalar input, `sizes` are symbolic"},
         "source": jm.source, "trace": {"capacity": trace_capacity},
         "versions": {"jax": jax.__version__, "torch": torch.__version__, "dycl_jax": __version__},
     }

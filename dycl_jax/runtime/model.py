@@ -124,12 +124,14 @@ class JaxModel:
     def _traced_outputs(self, outs: tuple[Any, ...]) -> Any:
         return self._finish(self.signature.unflatten(outs))
 
-    def export(self, path: str, *, trace_capacity: int = 4096) -> dict:
+    def export(self, path: str, *, trace_capacity: int = 4096, strict: bool = False) -> dict:
         """Write a deployable directory: StableHLO programs (plain and decision-traced), the state
         in safetensors and a JSON manifest; `dycl_jax.load(path)` runs it without torch.
-        `trace_capacity` bounds the decisions one traced call can report. Returns the manifest."""
+        `trace_capacity` bounds the decisions one traced call can report. A dispatch-host model
+        exports the region signatures it ran; what the artifact cannot serve for other inputs is
+        an ExportCoverageWarning, or with `strict=True` a DyclError. Returns the manifest."""
         from dycl_jax.runtime.artifact import write_artifact  # the writer needs torch; loading does not
-        return write_artifact(self, path, trace_capacity)
+        return write_artifact(self, path, trace_capacity, strict)
 
     def to_source(self) -> str:
         """The program as a readable Flax NNX module (the text `emit` writes as model.py)."""
