@@ -51,6 +51,7 @@ class _Graph:
     modules: dict[str, str]  # module path -> the leaf text holding it
     kinds: dict[str, str]  # input name -> "array" (holds arrays), "module" or "python"
     lists: set[str]  # input names holding a list
+    vals: list  # the example leaves it was captured with
 
 
 @dataclass
@@ -87,6 +88,8 @@ class HostedEmitter:
         self.out = Hosted()
         self.lines_of: dict[tuple[int, int], list] = {}  # (region, part) -> (method, spec, part, module path)
         self.params: dict[tuple[int, int], list[str]] = {}  # (region, part) -> the method's parameters
+        # parts returning Python values their graph computed from its sizes: served at those sizes only
+        self.constant_outputs: set[tuple[int, int]] = set()
 
     # ------------------------------------------------------------ reading the host
 
@@ -235,10 +238,13 @@ class HostedEmitter:
             kinds = {n: "array" if isinstance(v, (torch.Tensor, list, tuple, dict)) else
                      "module" if isinstance(v, torch.nn.Module) else "python" for n, v in zip(part.ins, given)}
             lists = {n for n, v in zip(part.ins, given) if type(v) is list}
-            self.out.graphs.append(_Graph(rid, k, cap, leaf_text, held, kinds, lists))
+            self.out.graphs.append(_Graph(rid, k, cap, leaf_text, held, kinds, lists, vals))
             for entry in cap.state:
                 self.out.state.setdefault(entry.path, entry.tensor)
         name = f"_{_ident(spec)}" + (f"_{k}" if k else "")
+        taken = {v[0] for key, v in self.lines_of.items() if key != (rid, k)}
+        while name in taken:  # two regions on one line (an island's host version)
+            name += "_"
         self.lines_of[(rid, k)] = [name, spec, part, path]
         outs = ", ".join(part.outs) + ("," if len(part.outs) == 1 else "")
         return [f"{outs} = " + _call_marker(rid, k) if part.outs else _call_marker(rid, k)]
@@ -304,19 +310,41 @@ class HostedEmitter:
     # ------------------------------------------------------------ region methods, from their graphs
 
     def region_methods(self, prog: Program) -> None:
-        texts: dict[tuple[int, int], list[str]] = {}
+        texts: dict[tuple[int, int], dict[str, list]] = {}
         for g in self.out.graphs:
             name, spec, part, path = self.lines_of[(g.rid, g.k)]
             text = self.method_text(prog, g, name, spec, part, path)
-            if text not in texts.setdefault((g.rid, g.k), []):
-                texts[(g.rid, g.k)].append(text)
+            arrays = [n for n in self.params[(g.rid, g.k)] if g.kinds[n] == "array"]
+            sizes = tuple(tuple(v.shape) for t, v in zip(g.leaf_text, g.vals)
+                          if isinstance(v, torch.Tensor) and t.split("[")[0] in arrays)
+            texts.setdefault((g.rid, g.k), {}).setdefault(text, []).append((sizes, tuple(self.params[(g.rid, g.k)])))
         for (rid, k), found in texts.items():
             name, spec, part, path = self.lines_of[(rid, k)]
-            if len(found) > 1:
-                raise _refuse(spec, part, "is written differently for the input signatures it ran (sizes or "
-                                          "Python values baked into its graph), and emitting one method per "
-                                          "signature is not supported")
-            self.out.methods.setdefault(path, []).append(found[0])
+            methods = self.out.methods.setdefault(path, [])
+            if len(found) == 1 and (rid, k) not in self.constant_outputs:
+                methods.append(next(iter(found)))
+                continue
+            # torch.export wrote the graph per input sizes (it specialises sizes 0 and 1): one version each
+            params = {p for uses in found.values() for _, p in uses}
+            if len(params) != 1:
+                raise _refuse(spec, part, "takes other inputs at other signatures")
+            params = list(params.pop())
+            arrays = [n for n in params if self.out.graphs and any(
+                g.kinds.get(n) == "array" for g in self.out.graphs if (g.rid, g.k) == (rid, k))]
+            table = {}
+            for i, (text, uses) in enumerate(found.items()):
+                methods.append(text.replace(f"def {name}(", f"def {name}_{i}(", 1))
+                table.update({sizes: f"{name}_{i}" for sizes, _ in uses})
+            args = ", ".join(params)
+            methods.append("\n".join([
+                f"# {spec.label}: written once per input sizes it ran with (torch.export specialises some sizes)",
+                f"def {name}(self{''.join(', ' + n for n in params)}):",
+                f"    sizes = tuple(a.shape for a in jax.tree.leaves(({', '.join(arrays)},)))",
+                f"    version = {table!r}.get(sizes)",
+                "    if version is None:",
+                f"        raise ValueError(f'{spec.label}: no version for input sizes {{sizes}}; emit again after "
+                f"calling the converted model on them')",
+                f"    return getattr(self, version)({args})"]))
 
     def method_text(self, prog: Program, g: _Graph, name: str, spec: Any, part: Part, path: str) -> str:
         gm = g.cap.ep.graph_module
@@ -333,6 +361,8 @@ class HostedEmitter:
         leaves = []
         for j, (slot, const) in enumerate(zip(g.cap.slots, g.cap.constants)):
             passed = g.cap.passed[j] if g.cap.passed else None
+            if passed is None and slot is None and not isinstance(const, (torch.nn.Module, Undefined)):
+                self.constant_outputs.add((g.rid, g.k))
             leaves.append(_Text(g.leaf_text[passed] if passed is not None else
                                 str(exprs[slot]) if slot is not None else repr(const)))
         outs = jax.tree_util.tree_unflatten(g.cap.out_tree, leaves)[0]

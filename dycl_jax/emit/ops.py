@@ -100,6 +100,10 @@ rule(aten.sum.dim_IntList, dtype="own")(
     lambda a, dims, keepdim=False, dtype=None: f"jnp.sum({lit(a)}, axis={_axes(dims) if dims else None}, keepdims={keepdim})")
 rule(aten.max.default)(lambda a: f"jnp.max({lit(a)})")
 rule(aten.amax.default)(lambda a, dims=(), keepdim=False: f"jnp.max({lit(a)}, axis={_axes(dims) if dims else None}, keepdims={keepdim})")
+rule(aten.max.dim, aten.min.dim, named=True, node=True)(  # (values, indices): the first index among ties, as torch
+    lambda a, dim, keepdim=False, node=None: tuple(
+        f"jnp.{f}{'max' if node.target is aten.max.dim else 'min'}({lit(a)}, axis={dim}, keepdims={keepdim})"
+        for f in ("", "arg")))
 rule(aten.argmax.default, dtype="own")(
     lambda a, dim=None, keepdim=False: f"jnp.argmax({lit(a)}, axis={dim}, keepdims={keepdim})")
 
@@ -257,3 +261,13 @@ def _adaptive_avg(x: Any, size: Any) -> str:
 
 
 NO_VALUE = {aten._assert_tensor_metadata.default}  # checks only: they emit nothing
+
+
+def _indices(idx: Any) -> str:
+    # advanced indexing as numpy's (torch's): None keeps a dimension whole
+    return ", ".join(":" if i is None else lit(i) for i in idx) + ("," if len(idx) == 1 else "")
+
+
+rule(aten.index.Tensor)(lambda a, idx: f"{lit(a)}[{_indices(idx)}]")
+rule(aten.index_put.default)(lambda a, idx, v, accumulate=False:
+                             f"{lit(a)}.at[{_indices(idx)}].{'add' if accumulate else 'set'}({lit(v)})")
