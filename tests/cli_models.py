@@ -1,4 +1,5 @@
 """Small models the CLI and report tests convert (golden text: keep line numbers stable)."""
+import numpy as np
 import torch
 from torch import nn
 
@@ -65,3 +66,27 @@ class Drift(nn.Module):
     def forward(self, x):
         _DRIFT[0] += 1.0
         return x * _DRIFT[0]
+
+
+class Picker(nn.Module):
+    """Python control flow on `.item()` values and a numpy argmax over them: the dispatch host."""
+
+    def __init__(self):
+        super().__init__()
+        self.heads = nn.ModuleList([nn.Linear(4, 3) for _ in range(2)])
+
+    def forward(self, x):
+        scores = []
+        for head in self.heads:
+            out = head(x)
+            conf = out.max()
+            scores.append(conf)
+            if conf.item() > 1.0:
+                return out
+        best = int(np.argmax([s.item() for s in scores]))
+        return self.heads[best](x) * 2
+
+
+def picker():
+    torch.manual_seed(0)
+    return Picker()
