@@ -9,12 +9,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
-import torch
 
 import converted  # tests/: the example conversions this process made already
-from test_emit import _cases, _leaves, _leaves_jax, _same
+from test_emit import _cases, compare
 
 RUNNER = Path(__file__).with_name("emit_runner.py")
 # (example, inputs): an `.item()` early exit with a numpy fallback, top-1 MoE with `nonzero` and `continue`
@@ -57,12 +55,6 @@ def test_emitted_dispatch_module_matches_torch_and_jm(name: str, emitted: dict) 
     mod = importlib.import_module(f"examples.dynn.{name}")
     paths = set()
     for k, (case, got) in enumerate(zip(cases, outs)):
-        with torch.no_grad():
-            want = _leaves(model(*case))
-        mine, ours = _leaves(jm(*case)), [np.asarray(x) for x in _leaves_jax(got)]
-        assert len(want) == len(mine) == len(ours), (name, k)
-        for j, (w, m, o) in enumerate(zip(want, mine, ours)):
-            _same(w, o, f"{name} case {k} output {j} vs torch")
-            _same(np.asarray(m), o, f"{name} case {k} output {j} vs jm")
+        compare(name, k, model, jm, case, got)
         paths.add(mod.path_of(model, case))
     assert len(paths) >= 3, f"{name}: the inputs exercise only {paths}"

@@ -18,7 +18,8 @@ from dycl_jax.capture.region import capture_call
 from dycl_jax.emit import hierarchy
 from dycl_jax.emit.bodies import Body
 from dycl_jax.emit.host_ops import numpy_statement
-from dycl_jax.emit.host_program import SHAPE_READS, HostProgram, host_program, plain_statement
+from dycl_jax.emit.host_program import (SHAPE_READS, HostProgram, _free_names, _globals_text, host_program,
+                                        plain_statement)
 from dycl_jax.emit.ops import Expr
 from dycl_jax.emit.program import Program
 from dycl_jax.emit.writer import assemble, state_refs
@@ -52,6 +53,7 @@ class _Graph:
     kinds: dict[str, str]  # input name -> "array" (holds arrays), "module" or "python"
     lists: set[str]  # input names holding a list
     vals: list  # the example leaves it was captured with
+    given: tuple  # the values of the part's inputs
 
 
 @dataclass
@@ -63,6 +65,7 @@ class Hosted:
     methods: dict[str, list[str]] = field(default_factory=dict)  # module path -> method texts
     calls: dict[str, tuple[list[str], list[str]]] = field(default_factory=dict)  # path -> __call__
     functions: list[str] = field(default_factory=list)  # module-level numpy statements
+    globals: set[str] = field(default_factory=set)  # the user's module globals the host reads (imports, constants)
 
 
 def _refuse(spec: Any, part: Part, why: str) -> DyclError:
@@ -86,6 +89,7 @@ class HostedEmitter:
         self.program: HostProgram = host_program(host.plan.dispatch, self.modules, host.root, host.method)
         self.paths = {f: p for p, ms in self.program.methods.items() for f in ms.values()}
         self.out = Hosted()
+        self.emitted: set[str] = set()  # module-level names the emitted host calls
         self.lines_of: dict[tuple[int, int], list] = {}  # (region, part) -> (method, spec, part, module path)
         self.params: dict[tuple[int, int], list[str]] = {}  # (region, part) -> the method's parameters
         # parts returning Python values their graph computed from its sizes: served at those sizes only
@@ -176,6 +180,7 @@ class HostedEmitter:
         texts: dict[str, list] = {}
         arrays_of: list[str] | None = None
         base = f"{_ident(spec)}_{k}" if k else _ident(spec)
+        self.emitted.update({base, base.upper()})
         for tree, leaves, _grad, _same in self.signatures(part):
             vals = [self.example(key) for key in leaves]
             index = [i for i, v in enumerate(vals) if isinstance(v, torch.Tensor)]
@@ -238,7 +243,7 @@ class HostedEmitter:
             kinds = {n: "array" if isinstance(v, (torch.Tensor, list, tuple, dict)) else
                      "module" if isinstance(v, torch.nn.Module) else "python" for n, v in zip(part.ins, given)}
             lists = {n for n, v in zip(part.ins, given) if type(v) is list}
-            self.out.graphs.append(_Graph(rid, k, cap, leaf_text, held, kinds, lists, vals))
+            self.out.graphs.append(_Graph(rid, k, cap, leaf_text, held, kinds, lists, vals, tuple(given)))
             for entry in cap.state:
                 self.out.state.setdefault(entry.path, entry.tensor)
         name = f"_{_ident(spec)}" + (f"_{k}" if k else "")
@@ -259,6 +264,9 @@ class HostedEmitter:
             fn.args.posonlyargs = fn.args.posonlyargs[1:]  # `rt`
             body = self.statements(fn.body, self.program.generated[fname])
             fn.body = body or [ast.Pass()]
+            names = {n for n in _free_names(fn) if not n.startswith("_dycl_") and n not in self.emitted}
+            self.out.globals.update(_globals_text(names, self.program.namespaces[fname], self.program.files[fname],
+                                                  fn.lineno))
             lines = _with_comments(ast.unparse(ast.Module(fn.body, []))).splitlines()
             params = [a.arg for a in fn.args.args][1:]
             for m in methods:
@@ -314,37 +322,47 @@ class HostedEmitter:
         for g in self.out.graphs:
             name, spec, part, path = self.lines_of[(g.rid, g.k)]
             text = self.method_text(prog, g, name, spec, part, path)
-            arrays = [n for n in self.params[(g.rid, g.k)] if g.kinds[n] == "array"]
-            sizes = tuple(tuple(v.shape) for t, v in zip(g.leaf_text, g.vals)
-                          if isinstance(v, torch.Tensor) and t.split("[")[0] in arrays)
-            texts.setdefault((g.rid, g.k), {}).setdefault(text, []).append((sizes, tuple(self.params[(g.rid, g.k)])))
+            texts.setdefault((g.rid, g.k), {}).setdefault(text, []).append(g)
         for (rid, k), found in texts.items():
             name, spec, part, path = self.lines_of[(rid, k)]
             methods = self.out.methods.setdefault(path, [])
-            if len(found) == 1 and (rid, k) not in self.constant_outputs:
+            python_in = any(g.kinds[n] == "python" for gs in found.values() for g in gs for n in part.ins)
+            if len(found) == 1 and (rid, k) not in self.constant_outputs and not python_in:
                 methods.append(next(iter(found)))
                 continue
-            # torch.export wrote the graph per input sizes (it specialises sizes 0 and 1): one version each
-            params = {p for uses in found.values() for _, p in uses}
-            if len(params) != 1:
-                raise _refuse(spec, part, "takes other inputs at other signatures")
-            params = list(params.pop())
-            arrays = [n for n in params if self.out.graphs and any(
-                g.kinds.get(n) == "array" for g in self.out.graphs if (g.rid, g.k) == (rid, k))]
+            # torch.export wrote the graph per input sizes (it specialises sizes 0 and 1) or per Python
+            # value it baked in: one version each, chosen by the sizes of the arrays and those values
+            g0 = next(iter(found.values()))[0]
+            ins = [n for n in part.ins if n != "self"]
+            arrays = [n for n in ins if g0.kinds[n] == "array"]
+            plain = [n for n in ins if g0.kinds[n] == "python"]
             table = {}
-            for i, (text, uses) in enumerate(found.items()):
+            for i, (text, graphs) in enumerate(found.items()):
                 methods.append(text.replace(f"def {name}(", f"def {name}_{i}(", 1))
-                table.update({sizes: f"{name}_{i}" for sizes, _ in uses})
-            args = ", ".join(params)
+                for g in graphs:
+                    if [n for n in ins if g.kinds[n] == "array"] != arrays:
+                        raise _refuse(spec, part, "takes arrays under other names at another call")
+                    sizes = tuple(tuple(v.shape) for t, v in zip(g.leaf_text, g.vals)
+                                  if isinstance(v, torch.Tensor) and t.split("[")[0] in arrays)
+                    given = dict(zip(part.ins, g.given))
+                    if any(type(given[n]) not in (int, float, bool, str, type(None)) for n in plain):
+                        raise _refuse(spec, part, "takes a Python value that is not a number or string")
+                    key = (sizes, tuple(given[n] for n in plain))
+                    if table.get(key, (f"{name}_{i}",))[0] != f"{name}_{i}":  # e.g. two module classes
+                        raise _refuse(spec, part, "is written differently for inputs of the same sizes and values")
+                    table[key] = (f"{name}_{i}", g.rid, g.k)
+            versions = {key: v[0] for key, v in table.items()}
             methods.append("\n".join([
-                f"# {spec.label}: written once per input sizes it ran with (torch.export specialises some sizes)",
-                f"def {name}(self{''.join(', ' + n for n in params)}):",
-                f"    sizes = tuple(a.shape for a in jax.tree.leaves(({', '.join(arrays)},)))",
-                f"    version = {table!r}.get(sizes)",
+                f"# {spec.label}: one version per input sizes and Python values it ran with",
+                f"def {name}(self{''.join(', ' + n for n in ins)}):",
+                f"    key = tuple(a.shape for a in jax.tree.leaves(({''.join(n + ', ' for n in arrays)}))), "
+                f"({''.join(n + ', ' for n in plain)})",
+                f"    version = {versions!r}.get(key)",
                 "    if version is None:",
-                f"        raise ValueError(f'{spec.label}: no version for input sizes {{sizes}}; emit again after "
-                f"calling the converted model on them')",
-                f"    return getattr(self, version)({args})"]))
+                f"        raise ValueError(f'{spec.label}: no version for {{key}}; emit again after calling the "
+                f"converted model on such inputs')",
+                f"    return getattr(self, version)({', '.join(ins)})"]))
+            self.params[(rid, k)] = ins
 
     def method_text(self, prog: Program, g: _Graph, name: str, spec: Any, part: Part, path: str) -> str:
         gm = g.cap.ep.graph_module
@@ -356,25 +374,35 @@ class HostedEmitter:
         items = hierarchy.build([n for n in gm.graph.nodes if n.op == "call_function"], path, prog.inline,
                                 prog.classes)
         out_node = next(n for n in gm.graph.nodes if n.op == "output")
-        exprs = body.run(items, list(out_node.args[0]))
-        prog.bound = {}
-        leaves = []
+        try:
+            exprs = body.run(items, list(out_node.args[0]))
+        except DyclError as exc:  # a region node's stack is the rewrite's code: the part's line is the user's
+            if exc.location is not None:
+                raise
+            raise DyclError(exc.message, location=spec.statements[part.first].__class__ and Location(
+                spec.file, spec.statements[part.first].line, spec.statements[part.first].code), fix=exc.fix) from None
+        finally:
+            prog.bound = {}
+        leaves, constants = [], False
         for j, (slot, const) in enumerate(zip(g.cap.slots, g.cap.constants)):
             passed = g.cap.passed[j] if g.cap.passed else None
             if passed is None and slot is None and not isinstance(const, (torch.nn.Module, Undefined)):
                 self.constant_outputs.add((g.rid, g.k))
+                constants = True
             leaves.append(_Text(g.leaf_text[passed] if passed is not None else
                                 str(exprs[slot]) if slot is not None else repr(const)))
         outs = jax.tree_util.tree_unflatten(g.cap.out_tree, leaves)[0]
         ret = ", ".join(_appended(n, o, g) for n, o in zip(part.outs, outs)) + ("," if len(outs) == 1 else "")
         first, last = spec.statements[part.first], spec.statements[part.stop - 1]
         lines = f"{os.path.basename(spec.file)}:{first.line}" + (f"-{last.line}" if last.line != first.line else "")
-        # Python values the graph baked in are left out, unless returned as they came (then static)
-        params = [n for n in part.ins if n != "self" and (g.kinds[n] != "python" or re.search(rf"\b{n}\b", ret))]
-        static = tuple(n for n in params if g.kinds[n] == "python")
+        # Python values are baked into the graph: static (a version per value, chosen by the caller)
+        params = [n for n in part.ins if n != "self"]
+        static = tuple(n for n, v in zip(part.ins, g.given) if n != "self" and g.kinds[n] == "python"
+                       and type(v) in (int, float, bool, str, type(None)))
         self.params[(g.rid, g.k)] = params
         deco = f"@nnx.jit(static_argnames={static!r})" if static else "@nnx.jit"
-        compute = any(n.op == "call_function" for n in gm.graph.nodes)
+        # a jitted method returns arrays only: one giving Python values (sizes) runs its jnp code eagerly
+        compute = any(n.op == "call_function" for n in gm.graph.nodes) and not constants
         head = [f"# {spec.label}: lines {lines}"] + ([deco] if compute else []) + \
             [f"def {name}(self{''.join(', ' + n for n in params)}):"]
         return "\n".join(head + ["    " + ln for ln in body.lines + [f"return {ret}" if ret else "return ()"]])
@@ -468,7 +496,10 @@ def emit_hosted(host: DispatchHost, model_name: str) -> tuple[str, dict[str, np.
     for path, call in em.out.calls.items():
         if path:
             prog.bodies[path] = call
-    text, weights = assemble(prog, model_name, em.out.calls[""], em.out.state, em.out.methods, em.out.functions)
+    header = {"import numpy as np", "import jax", "import os"}
+    globals_ = ["\n".join(sorted(em.out.globals - header))] if em.out.globals - header else []
+    text, weights = assemble(prog, model_name, em.out.calls[""], em.out.state, em.out.methods,
+                             globals_ + em.out.functions)
 
     def call(m: re.Match) -> str:
         key = (int(m.group(1)), int(m.group(2)))

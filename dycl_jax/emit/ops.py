@@ -268,6 +268,10 @@ def _indices(idx: Any) -> str:
     return ", ".join(":" if i is None else lit(i) for i in idx) + ("," if len(idx) == 1 else "")
 
 
+rule(aten.bitwise_or.Tensor, dtype="promote")(lambda a, b: f"{lit(a)} | {lit(b)}")
+rule(aten.bitwise_and.Tensor, dtype="promote")(lambda a, b: f"{lit(a)} & {lit(b)}")
+rule(aten.scalar_tensor.default, dtype="own")(
+    lambda v, dtype=None, **_: f"jnp.asarray({lit(v)}, {dtype_text(dtype) if dtype else 'jnp.float32'})")
 rule(aten.index.Tensor)(lambda a, idx: f"{lit(a)}[{_indices(idx)}]")
 rule(aten.index_put.default)(lambda a, idx, v, accumulate=False:
                              f"{lit(a)}.at[{_indices(idx)}].{'add' if accumulate else 'set'}({lit(v)})")
