@@ -257,4 +257,4 @@ def test_convert_out_of_a_dispatch_model_golden(columns80, tmp_path, capsys):
         path.write_text(text)
     assert text == path.read_text()
     source = (out / "flax" / "model.py").read_text()
-    assert "class Picker(nnx.Module)" in source and "# cli_models.py:84" in source and "import torch" not in source
+    assert "class Picker(nnx.Module)" in source and "# cli_models.py:86" in source and "import torch" not in source
