@@ -379,8 +379,8 @@ class HostedEmitter:
         except DyclError as exc:  # a region node's stack is the rewrite's code: the part's line is the user's
             if exc.location is not None:
                 raise
-            raise DyclError(exc.message, location=spec.statements[part.first].__class__ and Location(
-                spec.file, spec.statements[part.first].line, spec.statements[part.first].code), fix=exc.fix) from None
+            first = spec.statements[part.first]
+            raise DyclError(exc.message, location=Location(spec.file, first.line, first.code), fix=exc.fix) from None
         finally:
             prog.bound = {}
         leaves, constants = [], False
