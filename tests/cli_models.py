@@ -65,3 +65,30 @@ class Drift(nn.Module):
     def forward(self, x):
         _DRIFT[0] += 1.0
         return x * _DRIFT[0]
+
+
+import numpy as np  # noqa: E402  (below the other models: their line numbers are in golden text)
+
+
+class Picker(nn.Module):
+    """Python control flow on `.item()` values and a numpy argmax over them: the dispatch host."""
+
+    def __init__(self):
+        super().__init__()
+        self.heads = nn.ModuleList([nn.Linear(4, 3) for _ in range(2)])
+
+    def forward(self, x):
+        scores = []
+        for head in self.heads:
+            out = head(x)
+            conf = out.max()
+            scores.append(conf)
+            if conf.item() > 1.0:
+                return out
+        best = int(np.argmax([s.item() for s in scores]))
+        return self.heads[best](x) * 2
+
+
+def picker():
+    torch.manual_seed(0)
+    return Picker()

@@ -240,3 +240,21 @@ def test_report_of_a_missing_directory_exits_3(tmp_path, capsys):
     assert main(["report", str(tmp_path / "none")]) == 3
     err = capsys.readouterr().err
     assert "report.json not found" in err and "Traceback" not in err
+
+
+def test_convert_out_of_a_dispatch_model_golden(columns80, tmp_path, capsys):
+    """`convert --host dispatch --out DIR` writes the artifact and the emitted source of a dispatch-host
+    model; `report DIR` shows its record (golden text at 80 columns, no colour)."""
+    out = tmp_path / "o"
+    argv = ["convert", "tests/cli_models.py:picker", "--input-shape", "2x4", "--host", "dispatch", "--check", "2"]
+    assert main(argv + ["--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "wrote report.json, artifact/, flax/" in err, err
+    assert main(["report", str(out)]) == 0
+    text = _scrub(capsys.readouterr().out.replace(str(out), "DIR"))
+    path = GOLDEN / "report_dispatch_picker_80.txt"
+    if os.environ.get("DYCL_UPDATE_GOLDEN"):
+        path.write_text(text)
+    assert text == path.read_text()
+    source = (out / "flax" / "model.py").read_text()
+    assert "class Picker(nnx.Module)" in source and "# cli_models.py:86" in source and "import torch" not in source

@@ -222,7 +222,7 @@ class Body:
     def _call(self, call: hierarchy.Call, users: dict, line_of: dict, i: int) -> None:
         inputs, outputs = call_io(call, self.program.state_of)
         layer = self.program.layer_of(call)
-        ref = hierarchy.relative(layer.path if layer is not None else call.path, self.context)
+        ref = self.program.ref(layer.path if layer is not None else call.path, self.context)
         if layer is not None and len(outputs) == 1 and len(inputs) == 1:
             self._publish(outputs[0], layer.call(ref, lit(self.value(inputs[0]))), users, line_of, i)
             return

@@ -32,9 +32,12 @@ def _children(paths: list[str], parent: str) -> list[str]:
     return [p for p in paths if p != parent and p.count(".") == depth and (parent == "" or p.startswith(parent + "."))]
 
 
-def build_classes(prog: Program, root_name: str, root_call: tuple[list[str], list[str]]) -> Emitted:
+def build_classes(prog: Program, root_name: str, root_call: tuple[list[str], list[str]],
+                  methods: dict[str, list[str]] | None = None) -> Emitted:
+    """`methods`: per module path, more method texts for its class (a dispatch host's regions)."""
+    methods = methods or {}
     owners = {p.rpartition(".")[0] for p in prog.raw}
-    used = set(prog.layers) | set(prog.bodies) | owners | {""}
+    used = set(prog.layers) | set(prog.bodies) | owners | set(methods) | {""}
     for p in list(used):
         while p:
             p = p.rpartition(".")[0]
@@ -49,7 +52,7 @@ def build_classes(prog: Program, root_name: str, root_call: tuple[list[str], lis
     for level in sorted({depth(p) for p in paths}, reverse=True):
         groups: dict[tuple, list[str]] = {}
         for path in (p for p in paths if depth(p) == level):
-            key = _instance(prog, path, paths, ctors, root_name, root_call, level)
+            key = _instance(prog, path, paths, ctors, root_name, root_call, level, tuple(methods.get(path, ())))
             if key is None:
                 continue
             if key not in texts:
@@ -65,7 +68,7 @@ def build_classes(prog: Program, root_name: str, root_call: tuple[list[str], lis
 
 
 def _instance(prog: Program, path: str, paths: list[str], ctors: dict[str, Ctor], root_name: str,
-              root_call: tuple[list[str], list[str]], level: int) -> tuple | None:
+              root_call: tuple[list[str], list[str]], level: int, extra: tuple[str, ...] = ()) -> tuple | None:
     """Fills ctors[path]; for a class instance returns its grouping key (class name, code)."""
     if path in prog.layers:
         layer = prog.layers[path]
@@ -99,7 +102,7 @@ def _instance(prog: Program, path: str, paths: list[str], ctors: dict[str, Ctor]
     params, body = prog.bodies.get(path, (None, None)) if path else root_call
     base = root_name if path == "" else (cls.__name__ if cls is not None else "Module")
     ctors[path] = Ctor("", values, names)
-    return (base, level, tuple(init), tuple(params or ()), tuple(body or ()))
+    return (base, level, tuple(init), tuple(params or ()), tuple(body or ()), extra)
 
 
 def _finish(key: tuple, named: tuple[str, list[str], list[str]], members: list[str], ctors: dict[str, Ctor]) -> str:
@@ -124,12 +127,14 @@ def _finish(key: tuple, named: tuple[str, list[str], list[str]], members: list[s
         holes = ln.count("{}")
         lines.append(ln.format(*fills[at:at + holes]))
         at += holes
-    _, _, _, params, body = key
+    _, _, _, params, body, extra = key
     head = ", ".join([a for a, _ in args] + ["*", "rngs: nnx.Rngs"])
     text = [f"class {name}(nnx.Module):", f"    def __init__(self, {head}):"]
     text += ["        " + ln for ln in lines] or ["        pass"]
     if body:
         text += ["", f"    def __call__(self, {', '.join(params)}):"] + ["        " + ln for ln in body]
+    for method in extra:
+        text += [""] + ["    " + ln if ln else "" for ln in method.splitlines()]
     for i, m in enumerate(members):
         kwargs = ", ".join(f"{a}={{}}" for a, _ in args)
         ctors[m].template = f"{name}({kwargs + ', ' if kwargs else ''}rngs=rngs)"

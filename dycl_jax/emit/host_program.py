@@ -39,6 +39,7 @@ class HostProgram:
     regions: list[RegionSpec] = field(default_factory=list)
     region_fn: list[str] = field(default_factory=list)  # per region: the emitted function calling it
     statements: dict[str, ast.FunctionDef] = field(default_factory=dict)  # emitted statement name -> its code
+    generated: dict[str, str] = field(default_factory=dict)  # emitted name -> the rewrite's file (origin map key)
 
     @staticmethod
     def statement_name(fn: str, unit: str) -> str:
@@ -210,6 +211,7 @@ def host_program(dispatch: list, modules: dict[int, str], root: Any, method: str
             program.functions[fname] = ast.fix_missing_locations(skeleton)
             program.namespaces[fname] = fn.__globals__
             program.files[fname] = sites[0].file if sites else filename
+            program.generated[fname] = filename
         program.methods.setdefault(modules[id(target.owner)], {})[target.attr] = fname
         if target.owner is root and target.attr == method:
             program.entry = fname

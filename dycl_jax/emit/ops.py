@@ -100,6 +100,10 @@ rule(aten.sum.dim_IntList, dtype="own")(
     lambda a, dims, keepdim=False, dtype=None: f"jnp.sum({lit(a)}, axis={_axes(dims) if dims else None}, keepdims={keepdim})")
 rule(aten.max.default)(lambda a: f"jnp.max({lit(a)})")
 rule(aten.amax.default)(lambda a, dims=(), keepdim=False: f"jnp.max({lit(a)}, axis={_axes(dims) if dims else None}, keepdims={keepdim})")
+rule(aten.max.dim, aten.min.dim, named=True, node=True)(  # (values, indices): the first index among ties, as torch
+    lambda a, dim, keepdim=False, node=None: tuple(
+        f"jnp.{f}{'max' if node.target is aten.max.dim else 'min'}({lit(a)}, axis={dim}, keepdims={keepdim})"
+        for f in ("", "arg")))
 rule(aten.argmax.default, dtype="own")(
     lambda a, dim=None, keepdim=False: f"jnp.argmax({lit(a)}, axis={dim}, keepdims={keepdim})")
 
@@ -110,7 +114,8 @@ rule(aten.permute.default)(lambda a, dims: f"{lit(a)}.transpose({lit(dims)})")
 rule(aten.unsqueeze.default)(lambda a, d: f"jnp.expand_dims({lit(a)}, {d})")
 rule(aten.cat.default, dtype="promote")(lambda xs, dim=0: f"jnp.concatenate([{', '.join(lit(x) for x in xs)}], axis={dim})")
 rule(aten.index_select.default)(lambda a, dim, idx: f"jnp.take({lit(a)}, {lit(idx)}, axis={dim})")
-rule(aten.expand.default)(lambda a, shape, **_: f"jnp.broadcast_to({lit(a)}, {lit(shape)})")
+rule(aten.expand.default, node=True)(  # -1 keeps the input's size (torch's sizes, from the graph)
+    lambda a, shape, node, **_: f"jnp.broadcast_to({lit(a)}, {lit(_expanded(shape, node))})")
 
 
 @rule(aten.select.int)
@@ -257,3 +262,25 @@ def _adaptive_avg(x: Any, size: Any) -> str:
 
 
 NO_VALUE = {aten._assert_tensor_metadata.default}  # checks only: they emit nothing
+
+
+def _expanded(shape: Any, node: Any) -> Any:
+    have = node.args[0].meta["val"].shape
+    lead = len(shape) - len(have)
+    return [have[i - lead] if s == -1 and isinstance(have[i - lead], int) else s for i, s in enumerate(shape)]
+
+
+def _indices(idx: Any) -> str:
+    # advanced indexing as numpy's (torch's): None keeps a dimension whole
+    return ", ".join(":" if i is None else lit(i) for i in idx) + ("," if len(idx) == 1 else "")
+
+
+rule(aten.bitwise_or.Tensor, dtype="promote")(lambda a, b: f"{lit(a)} | {lit(b)}")
+rule(aten.bitwise_and.Tensor, dtype="promote")(lambda a, b: f"{lit(a)} & {lit(b)}")
+rule(aten.copy.default, named=True)(  # the source's values in the destination's shape and dtype
+    lambda dst, src, non_blocking=False: f"jnp.broadcast_to({lit(src)}, {lit(dst)}.shape).astype({lit(dst)}.dtype)")
+rule(aten.scalar_tensor.default, dtype="own")(
+    lambda v, dtype=None, **_: f"jnp.asarray({lit(v)}, {dtype_text(dtype) if dtype else 'jnp.float32'})")
+rule(aten.index.Tensor)(lambda a, idx: f"{lit(a)}[{_indices(idx)}]")
+rule(aten.index_put.default)(lambda a, idx, v, accumulate=False:
+                             f"{lit(a)}.at[{_indices(idx)}].{'add' if accumulate else 'set'}({lit(v)})")

@@ -19,16 +19,20 @@ from dycl_jax.lower.interpreter import node_frames, node_location
 class Program:
     """Module classes by path, state by placeholder, and the layers and bodies found so far."""
 
-    def __init__(self, gm: torch.fx.GraphModule, classes: dict[str, type], state: dict[str, torch.Tensor],
-                 refs: dict[torch.fx.Node, str]):
+    def __init__(self, gm: torch.fx.GraphModule | list[torch.fx.GraphModule], classes: dict[str, type],
+                 state: dict[str, torch.Tensor], refs: dict[torch.fx.Node, str]):
         self.classes = classes
         self.state = state  # torch path -> tensor (torch layout)
         self.refs = dict(refs)  # placeholder -> torch state path
         self.raw: dict[str, None] = {}  # state read as plain arrays (not through a Flax layer), in order
         self.bodies: dict[str, tuple[list[str], list[str]]] = {}  # instance path -> (params, body lines)
         self.aliases: dict[str, str] = {}  # call path -> the path its layer's weights live under
-        self._map_branches(gm)
-        self.layers: dict[str, Layer] = self._find_layers(gm)
+        # module path -> the local name holding it in the body being written (a dispatch region's module input)
+        self.bound: dict[str, str] = {}
+        graphs = gm if isinstance(gm, list) else [gm]  # a dispatch host's regions: one program of many graphs
+        for g in graphs:
+            self._map_branches(g)
+        self.layers: dict[str, Layer] = self._find_layers(graphs)
 
     # ---- state -------------------------------------------------------------------------
     def state_of(self, node: Any) -> str | None:
@@ -42,9 +46,17 @@ class Program:
         layer = self.layers.get(owner)
         if layer is not None and leaf in TORCH_NAMES[layer.kind]:
             attr, fmt = TORCH_NAMES[layer.kind][leaf]
-            return fmt.format(f"{hierarchy.relative(owner, context)}.{attr}[...]")
+            return fmt.format(f"{self.ref(owner, context)}.{attr}[...]")
         self.raw[path] = None
-        return f"{hierarchy.relative(path, context)}[...]"
+        return f"{self.ref(path, context)}[...]"
+
+    def ref(self, path: str, context: str) -> str:
+        """`path` from a body in module `context`: through a bound local name where one holds it."""
+        for held, name in self.bound.items():
+            inside = context == held or context.startswith(held + ".")
+            if not inside and (path == held or path.startswith(held + ".")):
+                return name + hierarchy.relative(path, held)[len("self"):] if path != held else name
+        return hierarchy.relative(path, context)
 
     def layer_of(self, call: hierarchy.Call) -> Layer | None:
         return self.layers.get(self.aliases.get(call.path, call.path))
@@ -68,10 +80,10 @@ class Program:
                         self.refs[ph] = self.state_of(op)
                 self._map_branches(sub)
 
-    def _find_layers(self, gm: torch.fx.GraphModule) -> dict[str, Layer]:
+    def _find_layers(self, graphs: list[torch.fx.GraphModule]) -> dict[str, Layer]:
         # every call of a torch leaf module must fit the same standard layer, else it keeps jnp code
         by_key: dict[tuple[str, str], list[torch.fx.Node]] = {}
-        for sub in gm.modules():
+        for sub in (s for g in graphs for s in g.modules()):
             if isinstance(sub, torch.fx.GraphModule):
                 for n in sub.graph.nodes:
                     entries = hierarchy.stack(n, self.classes) if n.op == "call_function" else None
@@ -81,7 +93,7 @@ class Program:
         shape = lambda p: tuple(self.state[p].shape) if p in self.state else ()  # noqa: E731
         f32 = lambda p: all(t.dtype == torch.float32 for k, t in self.state.items()  # noqa: E731
                            if k.startswith(p + ".") and t.is_floating_point())
-        state = self._state_by_name(gm)
+        state = self._state_by_name()
         for (key, path), nodes in by_key.items():
             cls = self.classes.get(path)
             # a module registered twice (`self.ds = block.downsample`) reads its weights under the first path
@@ -95,7 +107,7 @@ class Program:
         self.aliases = {p: q for p, q in self.aliases.items() if q in layers}
         return layers
 
-    def _state_by_name(self, gm: torch.fx.GraphModule) -> Any:
+    def _state_by_name(self) -> Any:
         # before any body runs, branch placeholders are not yet mapped: follow cond operands by name
         top = {n.name: p for n, p in self.refs.items()}
         return lambda v: (self.refs.get(v) or top.get(getattr(v, "name", None))) if isinstance(v, torch.fx.Node) else None

@@ -103,19 +103,25 @@ def _tree(spec: pytree.TreeSpec, leaves: list[str]) -> str:
                     fix="return tuples, lists or dicts of tensors")
 
 
+def state_refs(ep: Any) -> tuple[dict[Any, str], list[Any]]:
+    """({placeholder: torch state path} for the state inputs, [user input placeholders]) of an exported program."""
+    placeholders = [n for n in ep.graph_module.graph.nodes if n.op == "placeholder"]
+    refs, user = {}, []
+    for node, spec in zip(placeholders, ep.graph_signature.input_specs):
+        if spec.kind == InputKind.USER_INPUT:
+            user.append(node)
+        else:
+            refs[node] = spec.target[2:] if spec.target.startswith("m.") else spec.target
+    return refs, user
+
+
 def emit_source(inp: EmitInput) -> tuple[str, dict[str, np.ndarray]]:
     """The emitted module's text and the weights it loads (torch names and layouts)."""
     if inp.x64:
         raise DyclError("emitted source: this program needs 64-bit integers (see `jm.x64`), which the emitted "
                         "module does not enable", fix="use the in-memory JaxModel, or `jm.export` for deployment")
     gm = inp.ep.graph_module
-    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    refs, user = {}, []
-    for node, spec in zip(placeholders, inp.ep.graph_signature.input_specs):
-        if spec.kind == InputKind.USER_INPUT:
-            user.append(node)
-        else:
-            refs[node] = spec.target[2:] if spec.target.startswith("m.") else spec.target
+    refs, user = state_refs(inp.ep)
     prog = Program(gm, inp.classes, inp.state, refs)
     body = Body(prog, "", gm)
     params = []
@@ -128,24 +134,31 @@ def emit_source(inp: EmitInput) -> tuple[str, dict[str, np.ndarray]]:
     out_node = next(n for n in gm.graph.nodes if n.op == "output")
     exprs = body.run(items, list(out_node.args[0]))
     ret = _tree(inp.out_spec, [lit(e) for e in exprs])
-    emitted = build_classes(prog, inp.model_name, (params, body.lines + [f"return {ret}"]))
-    text = "\n\n\n".join([_HEADER.format(model=inp.model_name).rstrip("\n"), *emitted.classes])
+    return assemble(prog, inp.model_name, (params, body.lines + [f"return {ret}"]), inp.state)
+
+
+def assemble(prog: Program, model_name: str, root_call: tuple[list[str], list[str]], state: dict[str, torch.Tensor],
+             methods: dict[str, list[str]] | None = None, functions: list[str] = ()) -> tuple[str, dict[str, np.ndarray]]:
+    """The module's text (header, classes, module-level `functions`, loader) and the weights it loads."""
+    emitted = build_classes(prog, model_name, root_call, methods)
+    text = "\n\n\n".join([_HEADER.format(model=model_name).rstrip("\n"), *emitted.classes, *functions])
     text += "\n\n" + _LOADER.format(root=emitted.root, weights=WEIGHTS)
     weights: dict[str, np.ndarray] = {}
     for path, layer in prog.layers.items():
         for leaf in TORCH_NAMES[layer.kind]:
-            if f"{path}.{leaf}" in inp.state:
-                weights[f"{path}.{leaf}"] = inp.state[f"{path}.{leaf}"].detach().cpu().numpy()
+            if f"{path}.{leaf}" in state:
+                weights[f"{path}.{leaf}"] = state[f"{path}.{leaf}"].detach().cpu().numpy()
     for path in prog.raw:
-        weights[path] = inp.state[path].detach().cpu().numpy()
+        weights[path] = state[path].detach().cpu().numpy()
     return text, weights
 
 
-def write(inp: EmitInput, out_dir: str) -> str:
-    """Writes out_dir/model.py and its weights; returns the path of model.py."""
+def write(inp: EmitInput | tuple[str, dict[str, np.ndarray]], out_dir: str) -> str:
+    """Writes out_dir/model.py and its weights (`inp`, or the text and weights made already); returns
+    the path of model.py."""
     import safetensors.numpy  # the weight format of the emitted module
 
-    text, weights = emit_source(inp)
+    text, weights = emit_source(inp) if isinstance(inp, EmitInput) else inp
     os.makedirs(out_dir, exist_ok=True)
     safetensors.numpy.save_file({k: np.ascontiguousarray(v) for k, v in weights.items()},
                                 os.path.join(out_dir, WEIGHTS))

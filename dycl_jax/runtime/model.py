@@ -137,14 +137,21 @@ class JaxModel:
         """The program as a readable Flax NNX module (the text `emit` writes as model.py)."""
         from dycl_jax.emit.writer import emit_source  # torch is needed to emit, not to call
 
-        return emit_source(self._emitted())[0]
+        return self._hosted_source()[0] if self.host == "dispatch" else emit_source(self._emitted())[0]
 
     def emit(self, out_dir: str) -> str:
         """Write `out_dir/model.py` (Flax NNX source, no torch or dycl_jax needed) and its weights
         beside it; `import model; m = model.load()` gives an nnx.Module called like this one."""
         from dycl_jax.emit.writer import write
 
-        return write(self._emitted(), out_dir)
+        return write(self._hosted_source() if self.host == "dispatch" else self._emitted(), out_dir)
+
+    def _hosted_source(self) -> tuple[str, dict]:
+        """A dispatch-host model's emitted text and weights, from the region signatures its host has run."""
+        from dycl_jax.emit.hosted import emit_hosted
+        from dycl_jax.rewrite.modes import exclusive
+
+        return exclusive(emit_hosted)(self._fn, type(self._fn.root).__name__)
 
     def _emitted(self) -> "EmitInput":
         inp = getattr(self, "_emit_input", None)

@@ -1,0 +1,508 @@
+"""Emitted Flax source for a dispatch-host model: the host program (emit/host_program.py) as the
+host modules' methods with its control flow in Python, each compiled region part as a jitted
+method written from its graph, host statements inlined as Python or as numpy (emit/host_ops.py)."""
+from __future__ import annotations
+
+import ast
+import copy
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import jax
+import numpy as np
+import torch
+
+from dycl_jax.capture.region import capture_call
+from dycl_jax.emit import hierarchy
+from dycl_jax.emit.bodies import Body
+from dycl_jax.emit.host_ops import numpy_statement
+from dycl_jax.emit.host_program import (SHAPE_READS, HostProgram, _free_names, _globals_text, host_program,
+                                        plain_statement)
+from dycl_jax.emit.ops import Expr
+from dycl_jax.emit.program import Program
+from dycl_jax.emit.writer import assemble, state_refs
+from dycl_jax.errors import DyclError, Location
+from dycl_jax.host import values
+from dycl_jax.host.dispatch import DIRECT, EAGER, Compiled, DispatchHost, Part
+from dycl_jax.rewrite.modes import exclusive
+from dycl_jax.rewrite.plan import Undefined
+from dycl_jax.source import origins
+
+_ITEM_OPS = {"_local_scalar_dense.default"}  # `.item()` / `.tolist()`: plain Python on a JAX array
+_COMMENT = "_dycl_comment"  # a marker statement, written as a comment line
+
+
+class _Text(str):
+    """Emitted code standing for a value inside a rebuilt output structure."""
+
+    def __repr__(self) -> str:
+        return str(self)
+
+
+@dataclass
+class _Graph:
+    """One compiled part captured again at one signature, for writing."""
+
+    rid: int
+    k: int
+    cap: Any
+    leaf_text: list[str]
+    modules: dict[str, str]  # module path -> the leaf text holding it
+    kinds: dict[str, str]  # input name -> "array" (holds arrays), "module" or "python"
+    lists: set[str]  # input names holding a list
+    vals: list  # the example leaves it was captured with
+    given: tuple  # the values of the part's inputs
+
+
+@dataclass
+class Hosted:
+    """What the writer assembles: the graphs, each class's host and region methods, module-level code."""
+
+    graphs: list[_Graph] = field(default_factory=list)
+    state: dict[str, torch.Tensor] = field(default_factory=dict)
+    methods: dict[str, list[str]] = field(default_factory=dict)  # module path -> method texts
+    calls: dict[str, tuple[list[str], list[str]]] = field(default_factory=dict)  # path -> __call__
+    functions: list[str] = field(default_factory=list)  # module-level numpy statements
+    globals: set[str] = field(default_factory=set)  # the user's module globals the host reads (imports, constants)
+
+
+def _refuse(spec: Any, part: Part, why: str) -> DyclError:
+    first = spec.statements[part.first]
+    return DyclError(f"emitted source: `{first.code.strip()}` ({os.path.basename(spec.file)}:{first.line}) "
+                     f"runs on the dispatch host and {why}", location=Location(spec.file, first.line, first.code),
+                     fix="keep this model in Python with torch (jm(...)), or write the statement with tensor "
+                         "operations torch.export captures")
+
+
+class HostedEmitter:
+    """Reads a dispatch host after the calls it has run and writes its program as Flax source."""
+
+    def __init__(self, host: DispatchHost):
+        if host.attrs.slots:
+            raise DyclError("emitted source: the host program's statements write module attributes, which the "
+                            "emitted module does not hold", fix="keep the values in local variables")
+        self.host = host
+        self.modules = {id(m): p for p, m in host.root.named_modules()}
+        self.by_id = {id(m): m for m in host.root.modules()}
+        self.program: HostProgram = host_program(host.plan.dispatch, self.modules, host.root, host.method)
+        self.paths = {f: p for p, ms in self.program.methods.items() for f in ms.values()}
+        self.out = Hosted()
+        self.emitted: set[str] = set()  # module-level names the emitted host calls
+        self.lines_of: dict[tuple[int, int], list] = {}  # (region, part) -> (method, spec, part, module path)
+        self.params: dict[tuple[int, int], list[str]] = {}  # (region, part) -> the method's parameters
+        # parts returning Python values their graph computed from its sizes: served at those sizes only
+        self.constant_outputs: set[tuple[int, int]] = set()
+
+    # ------------------------------------------------------------ reading the host
+
+    def example(self, key: Any) -> Any:
+        """A value of a signature leaf for capture: zeros for an array (as torch holds it), else the value."""
+        if isinstance(key, tuple) and len(key) == 2 and isinstance(key[0], tuple):
+            dtype = np.dtype(key[1])
+            return torch.zeros(key[0], dtype=torch.int64 if dtype == np.int32 else torch.from_numpy(
+                np.zeros((), dtype)).dtype)
+        kind, value = key
+        if kind == "id":
+            return self.by_id[value]
+        if kind is Undefined:
+            return Undefined(value)
+        return float.fromhex(value) if kind is float else value
+
+    def units(self, spec: Any, fname: str) -> list:
+        from dycl_jax.rewrite import operators
+        namespace = {**self.program.namespaces[fname], "_dycl_ops": operators}
+        for st in spec.statements:
+            tree = ast.Module([copy.deepcopy(self.program.statements[HostProgram.statement_name(fname, st.fn)])], [])
+            exec(compile(tree, spec.file, "exec"), namespace)
+        return [namespace[st.fn] for st in spec.statements]
+
+    def signatures(self, part: Part) -> list[tuple]:
+        keys = []
+        for key, entry in part.cache.items():
+            if key[0] == "variant":  # a program over symbolic ints: the signatures it served, ints as constants
+                keys += [k for k in part.served.get(id(entry), ())]
+            else:
+                keys.append(key)
+        return keys
+
+    # ------------------------------------------------------------ regions
+
+    def region(self, rid: int, targets: str) -> list[str]:
+        """The statements replacing `targets = rt.region(rid, ...)` in the host function."""
+        spec = self.program.regions[rid]
+        fname = self.program.region_fn[rid]
+        st = self.host.regions.get(id(spec))
+        if st is None:
+            return [f"raise ValueError({f'the {spec.label} never ran before this module was emitted: emit it again after calling the converted model on an input that reaches it'!r})"]
+        lines = []
+        for k, part in enumerate(st.parts):
+            lines += self.part(rid, k, spec, part, fname)
+        names = targets.replace("(", "").replace(")", "").replace(" ", "").strip(",").split(",") if targets else []
+        if names and names != list(spec.outs):  # the parts bind the region's outputs by name
+            lines.append(f"{targets} = {', '.join(spec.outs)}{',' if len(spec.outs) == 1 else ''}")
+        return lines
+
+    def part(self, rid: int, k: int, spec: Any, part: Part, fname: str) -> list[str]:
+        kinds = {type(e) if isinstance(e, Compiled) else e for e in part.cache.values()}
+        on_host = EAGER in kinds or (spec.kind == "region" and part.host_reason is not None)
+        if on_host and part.in_torch is not None:
+            raise _refuse(spec, part, f"runs in torch ({part.in_torch})")
+        if on_host and not set(part.jax_ops) <= _ITEM_OPS:
+            return self.numpy_part(rid, k, spec, part, fname)
+        compiled = [e for e in part.cache.values() if isinstance(e, Compiled)]
+        sizes = compiled and all(s is None for e in compiled for s in e.slots) \
+            and all(p is None for e in compiled for p in (e.passed or ())) \
+            and plain_statement(spec, part.first, part.stop, self.program, fname, True, SHAPE_READS) is None
+        # a graph that only forwards its inputs (`return outputs[best], best`): the statements themselves
+        forwards = compiled and all(getattr(e.fn, "__qualname__", "").startswith("_passthrough") for e in compiled)
+        if on_host or kinds == {DIRECT} or sizes or forwards:
+            why = plain_statement(spec, part.first, part.stop, self.program, fname, bool(on_host or sizes or forwards),
+                                  SHAPE_READS | {"item", "tolist", "append", "extend"})
+            if why is not None:
+                raise _refuse(spec, part, f"the emitted module cannot run it without torch: {why}")
+            return self.python_part(spec, part, fname)
+        return self.compiled_part(rid, k, spec, part, fname)
+
+    def python_part(self, spec: Any, part: Part, fname: str) -> list[str]:
+        """The statements themselves, inlined: array sizes read as JAX arrays give them."""
+        out = []
+        for st in spec.statements[part.first:part.stop]:
+            fn = copy.deepcopy(self.program.statements[HostProgram.statement_name(fname, st.fn)])
+            body = [s for s in fn.body if not _undefined_check(s) and not isinstance(s, ast.Return)]
+            out += [ast.unparse(_SizesAsJax().visit(s)) for s in body]
+        return out
+
+    def numpy_part(self, rid: int, k: int, spec: Any, part: Part, fname: str) -> list[str]:
+        """A host statement with data-dependent shapes: numpy code per signature, chosen by its Python values."""
+        units = list(zip(self.units(spec, fname)[part.first:part.stop], spec.statements[part.first:part.stop]))
+        texts: dict[str, list] = {}
+        arrays_of: list[str] | None = None
+        base = f"{_ident(spec)}_{k}" if k else _ident(spec)
+        self.emitted.update({base, base.upper()})
+        for tree, leaves, _grad, _same in self.signatures(part):
+            vals = [self.example(key) for key in leaves]
+            index = [i for i, v in enumerate(vals) if isinstance(v, torch.Tensor)]
+
+            def run(*tensors: torch.Tensor, vals: list = vals, index: list = index, tree: Any = tree) -> tuple:
+                filled = list(vals)
+                for i, t in zip(index, tensors):
+                    filled[i] = t
+                env = dict(zip(part.ins, jax.tree_util.tree_unflatten(tree, filled)[0]))
+                for fn, st in units:
+                    env.update(zip(st.outs, fn(*[env[x] for x in st.ins])))
+                return tuple(env[x] for x in part.outs)
+
+            text, why = numpy_statement(run, [vals[i] for i in index], base)
+            if text is None:
+                raise _refuse(spec, part, f"has no numpy form here: {why}")
+            leaf_text = _leaf_texts(part.ins, tree, vals)
+            arrays = [leaf_text[i] for i in index]
+            if arrays_of not in (None, arrays):
+                raise _refuse(spec, part, "takes its arrays in another structure at another call")
+            arrays_of = arrays
+            plain = tuple(leaf_text[i] for i, v in enumerate(vals) if not isinstance(v, (torch.Tensor, torch.nn.Module,
+                                                                                          Undefined)))
+            key = tuple(vals[i] for i, v in enumerate(vals) if not isinstance(v, (torch.Tensor, torch.nn.Module,
+                                                                                  Undefined)))
+            texts.setdefault(text, []).append((plain, key))
+        where = f"# {os.path.basename(spec.file)}:{spec.statements[part.first].line}: " \
+                f"`{spec.statements[part.first].code.strip()}` in numpy (its result's size depends on the values)"
+        targets = ", ".join(part.outs) + ("," if len(part.outs) == 1 else "")
+        if len(texts) == 1:
+            self.out.functions.append(where + "\n" + next(iter(texts)))
+            return [f"{targets} = {base}({', '.join(arrays_of or [])})"]
+        table, plain_names = [], None
+        for n, (text, uses) in enumerate(texts.items()):
+            self.out.functions.append(where + "\n" + text.replace(f"def {base}(", f"def {base}_{n}(", 1))
+            for plain, key in uses:
+                plain_names = plain
+                table.append(f"{key!r}: {base}_{n}")
+        if not plain_names:
+            raise _refuse(spec, part, "has several numpy forms that differ in array sizes only")
+        self.out.functions.append(f"{base.upper()} = {{{', '.join(table)}}}  # by ({', '.join(plain_names)})")
+        pick = f"({', '.join(plain_names)}{',' if len(plain_names) == 1 else ''})"
+        return [f"{targets} = {base.upper()}[{pick}]({', '.join(arrays_of or [])})"]
+
+    def compiled_part(self, rid: int, k: int, spec: Any, part: Part, fname: str) -> list[str]:
+        """Captured again at every signature it ran (static shapes); written once the program is known."""
+        path = self.paths[fname]
+        fns = self.units(spec, fname)
+        for tree, leaves, _grad, same in self.signatures(part):
+            if same:
+                raise _refuse(spec, part, "takes one tensor under two names, which the emitted method does not keep")
+            vals = [self.example(key) for key in leaves]
+            torch_args = tuple(jax.tree_util.tree_unflatten(tree, vals))
+            cap = exclusive(capture_call)(self.host.root, self.host._body(spec, part, fns), torch_args,
+                                          self.host._capture_context, leaf_view=values.open_closures)
+            leaf_text = _leaf_texts(part.ins, tree, vals)
+            held = {self.modules[id(v)]: leaf_text[i] for i, v in enumerate(vals)
+                    if isinstance(v, torch.nn.Module) and self.modules[id(v)] != path}
+            given = torch_args[0]
+            kinds = {n: "array" if isinstance(v, (torch.Tensor, list, tuple, dict)) else
+                     "module" if isinstance(v, torch.nn.Module) else "python" for n, v in zip(part.ins, given)}
+            lists = {n for n, v in zip(part.ins, given) if type(v) is list}
+            self.out.graphs.append(_Graph(rid, k, cap, leaf_text, held, kinds, lists, vals, tuple(given)))
+            for entry in cap.state:
+                self.out.state.setdefault(entry.path, entry.tensor)
+        name = f"_{_ident(spec)}" + (f"_{k}" if k else "")
+        taken = {v[0] for key, v in self.lines_of.items() if key != (rid, k)}
+        while name in taken:  # two regions on one line (an island's host version)
+            name += "_"
+        self.lines_of[(rid, k)] = [name, spec, part, path]
+        outs = ", ".join(part.outs) + ("," if len(part.outs) == 1 else "")
+        return [f"{outs} = " + _call_marker(rid, k) if part.outs else _call_marker(rid, k)]
+
+    # ------------------------------------------------------------ the host functions
+
+    def host_functions(self) -> None:
+        for fname, fn in self.program.functions.items():
+            path = self.paths[fname]
+            methods = [m for m, f in self.program.methods[path].items() if f == fname]
+            fn = copy.deepcopy(fn)
+            fn.args.posonlyargs = fn.args.posonlyargs[1:]  # `rt`
+            body = self.statements(fn.body, self.program.generated[fname])
+            fn.body = body or [ast.Pass()]
+            names = {n for n in _free_names(fn) if not n.startswith("_dycl_") and n not in self.emitted}
+            self.out.globals.update(_globals_text(names, self.program.namespaces[fname], self.program.files[fname],
+                                                  fn.lineno))
+            lines = _with_comments(ast.unparse(ast.Module(fn.body, []))).splitlines()
+            params = [a.arg for a in fn.args.args][1:]
+            for m in methods:
+                if m == "forward" or (path == "" and m == self.host.method):
+                    self.out.calls[path] = (params, lines)
+                else:
+                    self.out.methods.setdefault(path, []).append(
+                        f"def {m}(self, {', '.join(params)}):\n" + "\n".join("    " + ln for ln in lines))
+
+    def statements(self, body: list[ast.stmt], generated: str) -> list[ast.stmt]:
+        out: list[ast.stmt] = []
+        skip = False
+        for i, s in enumerate(body):
+            if skip:
+                skip = False
+                continue
+            call = s.value if isinstance(s, (ast.Assign, ast.Expr)) else None
+            op = _rt_call(call)
+            if op == "Undefined":
+                continue
+            if op == "region":
+                targets = ast.unparse(s.targets[0]) if isinstance(s, ast.Assign) else ""
+                out += [ast.parse(t).body[0] for t in self.region(call.args[0].value, targets)]
+                continue
+            if op == "island":
+                rid, then, other = call.args[0].value, body[i + 1].body, body[i + 1].orelse
+                skip = True
+                spec = self.program.regions[rid]
+                st = self.host.regions.get(id(spec))
+                if st is None or st.parts[0].host_reason is not None:
+                    out += self.statements(then, generated)  # the island did not stage: its host version
+                    continue
+                self.part(rid, 0, spec, st.parts[0], self.program.region_fn[rid])
+                out += [ast.parse(f"{s.targets[0].id} = {_call_marker(rid, 0)}").body[0]]
+                out += self.statements(other, generated)
+                continue
+            s = _Operators().visit(s)
+            if isinstance(s, (ast.If, ast.For, ast.While)):
+                where = origins.resolve(generated, s.lineno)
+                label = origins.site(generated, s.lineno)
+                if where is not None:
+                    text = f"{os.path.basename(where.file)}:{where.line}" + (f" ({label})" if label else "")
+                    out.append(ast.Expr(ast.Call(ast.Name(_COMMENT, ast.Load()), [ast.Constant(text)], [])))
+                s.body = self.statements(s.body, generated) or [ast.Pass()]
+                s.orelse = self.statements(s.orelse, generated)
+            out.append(s)
+        return out
+
+    # ------------------------------------------------------------ region methods, from their graphs
+
+    def region_methods(self, prog: Program) -> None:
+        texts: dict[tuple[int, int], dict[str, list]] = {}
+        for g in self.out.graphs:
+            name, spec, part, path = self.lines_of[(g.rid, g.k)]
+            text = self.method_text(prog, g, name, spec, part, path)
+            texts.setdefault((g.rid, g.k), {}).setdefault(text, []).append(g)
+        for (rid, k), found in texts.items():
+            name, spec, part, path = self.lines_of[(rid, k)]
+            methods = self.out.methods.setdefault(path, [])
+            python_in = any(g.kinds[n] == "python" for gs in found.values() for g in gs for n in part.ins)
+            if len(found) == 1 and (rid, k) not in self.constant_outputs and not python_in:
+                methods.append(next(iter(found)))
+                continue
+            # torch.export wrote the graph per input sizes (it specialises sizes 0 and 1) or per Python
+            # value it baked in: one version each, chosen by the sizes of the arrays and those values
+            g0 = next(iter(found.values()))[0]
+            ins = [n for n in part.ins if n != "self"]
+            arrays = [n for n in ins if g0.kinds[n] == "array"]
+            plain = [n for n in ins if g0.kinds[n] == "python"]
+            table = {}
+            for i, (text, graphs) in enumerate(found.items()):
+                methods.append(text.replace(f"def {name}(", f"def {name}_{i}(", 1))
+                for g in graphs:
+                    if [n for n in ins if g.kinds[n] == "array"] != arrays:
+                        raise _refuse(spec, part, "takes arrays under other names at another call")
+                    sizes = tuple(tuple(v.shape) for t, v in zip(g.leaf_text, g.vals)
+                                  if isinstance(v, torch.Tensor) and t.split("[")[0] in arrays)
+                    given = dict(zip(part.ins, g.given))
+                    if any(type(given[n]) not in (int, float, bool, str, type(None)) for n in plain):
+                        raise _refuse(spec, part, "takes a Python value that is not a number or string")
+                    key = (sizes, tuple(given[n] for n in plain))
+                    if table.get(key, (f"{name}_{i}",))[0] != f"{name}_{i}":  # e.g. two module classes
+                        raise _refuse(spec, part, "is written differently for inputs of the same sizes and values")
+                    table[key] = (f"{name}_{i}", g.rid, g.k)
+            versions = {key: v[0] for key, v in table.items()}
+            methods.append("\n".join([
+                f"# {spec.label}: one version per input sizes and Python values it ran with",
+                f"def {name}(self{''.join(', ' + n for n in ins)}):",
+                f"    key = tuple(a.shape for a in jax.tree.leaves(({''.join(n + ', ' for n in arrays)}))), "
+                f"({''.join(n + ', ' for n in plain)})",
+                f"    version = {versions!r}.get(key)",
+                "    if version is None:",
+                f"        raise ValueError(f'{spec.label}: no version for {{key}}; emit again after calling the "
+                f"converted model on such inputs')",
+                f"    return getattr(self, version)({', '.join(ins)})"]))
+            self.params[(rid, k)] = ins
+
+    def method_text(self, prog: Program, g: _Graph, name: str, spec: Any, part: Part, path: str) -> str:
+        gm = g.cap.ep.graph_module
+        user = state_refs(g.cap.ep)[1]
+        prog.bound = g.modules
+        body = Body(prog, path, gm, reserved=set(part.ins))
+        for node, leaf in zip(user, g.cap.inputs):
+            body.env[node] = Expr(g.leaf_text[leaf])
+        items = hierarchy.build([n for n in gm.graph.nodes if n.op == "call_function"], path, prog.inline,
+                                prog.classes)
+        out_node = next(n for n in gm.graph.nodes if n.op == "output")
+        try:
+            exprs = body.run(items, list(out_node.args[0]))
+        except DyclError as exc:  # a region node's stack is the rewrite's code: the part's line is the user's
+            if exc.location is not None:
+                raise
+            first = spec.statements[part.first]
+            raise DyclError(exc.message, location=Location(spec.file, first.line, first.code), fix=exc.fix) from None
+        finally:
+            prog.bound = {}
+        leaves, constants = [], False
+        for j, (slot, const) in enumerate(zip(g.cap.slots, g.cap.constants)):
+            passed = g.cap.passed[j] if g.cap.passed else None
+            if passed is None and slot is None and not isinstance(const, (torch.nn.Module, Undefined)):
+                self.constant_outputs.add((g.rid, g.k))
+                constants = True
+            leaves.append(_Text(g.leaf_text[passed] if passed is not None else
+                                str(exprs[slot]) if slot is not None else repr(const)))
+        outs = jax.tree_util.tree_unflatten(g.cap.out_tree, leaves)[0]
+        ret = ", ".join(_appended(n, o, g) for n, o in zip(part.outs, outs)) + ("," if len(outs) == 1 else "")
+        first, last = spec.statements[part.first], spec.statements[part.stop - 1]
+        lines = f"{os.path.basename(spec.file)}:{first.line}" + (f"-{last.line}" if last.line != first.line else "")
+        # Python values are baked into the graph: static (a version per value, chosen by the caller)
+        params = [n for n in part.ins if n != "self"]
+        static = tuple(n for n, v in zip(part.ins, g.given) if n != "self" and g.kinds[n] == "python"
+                       and type(v) in (int, float, bool, str, type(None)))
+        self.params[(g.rid, g.k)] = params
+        deco = f"@nnx.jit(static_argnames={static!r})" if static else "@nnx.jit"
+        # a jitted method returns arrays only: one giving Python values (sizes) runs its jnp code eagerly
+        compute = any(n.op == "call_function" for n in gm.graph.nodes) and not constants
+        head = [f"# {spec.label}: lines {lines}"] + ([deco] if compute else []) + \
+            [f"def {name}(self{''.join(', ' + n for n in params)}):"]
+        return "\n".join(head + ["    " + ln for ln in body.lines + [f"return {ret}" if ret else "return ()"]])
+
+
+def _appended(name: str, value: Any, g: _Graph) -> str:
+    """An output list that is the input list of that name with items appended: `name + [new]`."""
+    held = [t for t in g.leaf_text if re.fullmatch(rf"{name}\[\d+\]", t)]
+    if type(value) is not list or name not in g.lists or [str(v) for v in value[:len(held)]] != held:
+        return repr(value)
+    rest = value[len(held):]
+    return f"{name} + {rest!r}" if rest else name
+
+
+def _call_marker(rid: int, k: int) -> str:
+    return f"_dycl_call_{rid}_{k}()"  # the method's parameters are known once its graph is written
+
+
+def _ident(spec: Any) -> str:
+    return f"{os.path.splitext(os.path.basename(spec.file))[0]}_{spec.line}".replace("-", "_")
+
+
+def _leaf_texts(ins: tuple[str, ...], tree: Any, vals: list) -> list[str]:
+    """Per leaf of `((values of ins), attributes)`: the emitted expression reading it (`x`, `xs[1]`)."""
+    structured = jax.tree_util.tree_unflatten(tree, vals)
+    paths = jax.tree_util.tree_flatten_with_path(structured)[0]
+    out = []
+    for path, _ in paths:
+        j = path[1].idx
+        out.append(ins[j] + jax.tree_util.keystr(tuple(path[2:])))
+    return out
+
+
+def _undefined_check(s: ast.stmt) -> bool:
+    return isinstance(s, ast.If) and "Undefined" in ast.unparse(s.test)
+
+
+def _rt_call(node: Any) -> str | None:
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Name) \
+            and node.func.value.id == "rt":
+        return node.func.attr
+    return None
+
+
+class _Operators(ast.NodeTransformer):
+    """`rt.decide(v, site)` and `rt.defined(v)` are `v` in the emitted host."""
+
+    def visit_Call(self, node: ast.Call) -> Any:
+        self.generic_visit(node)
+        return node.args[0] if _rt_call(node) in ("decide", "defined") else node
+
+
+class _SizesAsJax(ast.NodeTransformer):
+    """torch's size reads as a JAX array has them: `x.numel()` -> `x.size`, `x.size(d)` -> `x.shape[d]`."""
+
+    def visit_Call(self, node: ast.Call) -> Any:
+        self.generic_visit(node)
+        f = node.func
+        if not isinstance(f, ast.Attribute) or node.keywords:
+            return node
+        if f.attr == "numel" and not node.args:
+            return ast.Attribute(f.value, "size", ast.Load())
+        if f.attr == "dim" and not node.args:
+            return ast.Attribute(f.value, "ndim", ast.Load())
+        if f.attr == "size":
+            shape = ast.Attribute(f.value, "shape", ast.Load())
+            return ast.Subscript(shape, node.args[0], ast.Load()) if node.args else shape
+        return node
+
+
+def _with_comments(text: str) -> str:
+    lines = []
+    for ln in text.splitlines():
+        stripped = ln.lstrip()
+        if stripped.startswith(_COMMENT + "("):
+            ln = ln[: len(ln) - len(stripped)] + "# " + ast.literal_eval(stripped[len(_COMMENT) + 1:-1])
+        lines.append(ln)
+    return "\n".join(lines)
+
+
+def emit_hosted(host: DispatchHost, model_name: str) -> tuple[str, dict[str, np.ndarray]]:
+    """The emitted module of a dispatch-host model (the regions it has run so far) and its weights."""
+    em = HostedEmitter(host)
+    em.host_functions()
+    refs: dict[Any, str] = {}
+    for g in em.out.graphs:
+        refs.update(state_refs(g.cap.ep)[0])
+    classes = {p: type(m) for p, m in host.root.named_modules(remove_duplicate=False)}
+    prog = Program([g.cap.ep.graph_module for g in em.out.graphs], classes, em.out.state, refs)
+    em.region_methods(prog)
+    for path, call in em.out.calls.items():
+        if path:
+            prog.bodies[path] = call
+    header = {"import numpy as np", "import jax", "import os"}
+    globals_ = ["\n".join(sorted(em.out.globals - header))] if em.out.globals - header else []
+    text, weights = assemble(prog, model_name, em.out.calls[""], em.out.state, em.out.methods,
+                             globals_ + em.out.functions)
+
+    def call(m: re.Match) -> str:
+        key = (int(m.group(1)), int(m.group(2)))
+        return f"self.{em.lines_of[key][0]}({', '.join(em.params[key])})"
+    text = re.sub(r"_dycl_call_(\d+)_(\d+)\(\)", call, text)
+    return re.sub(r"\b_dycl_(?=[a-z]+_\d)", "_", text), weights
