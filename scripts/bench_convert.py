@@ -5,8 +5,9 @@
 The default model is BlockDrop on ResNet-110 (`examples/dynn/blockdrop110.py`, 54 gated
 blocks). Every timing run is a new Python process (nothing cached from an earlier
 conversion: rewrite cache, torch's and JAX's compile caches): it converts the model, calls it
-once (trace + XLA compile + run) and prints the report's stage timings; the table shows the
-median of the runs and their spread (min-max), since the machine may be shared.
+once (trace + XLA compile + run) and prints the report's stage timings, wall and CPU seconds
+of the process (the steadier figure where the machine is shared); the table shows the median
+of the runs and their spread (min-max), and the load average around them.
 
 The memory run is one more process, with `tracemalloc` on (which slows Python down, so its
 times are not used): the resident set size (RSS) before the conversion, its peak during the

@@ -11,8 +11,10 @@ and the dispatch key sets. A later branch of an equal key gets a copy of the fir
 graph, with each node's module path and stack trace translated to those of its own source graph
 (emit/ rebuilds module calls from them; nodes that take theirs from the tracing context get the
 current context's): where that translation is not one to one, or a graph reads a tensor constant, it is
-traced as torch does. Fake-mode outputs are reused only when
-every output is a tensor whose sizes hold no unbacked symbol.
+traced as torch does. Fake-mode outputs (metadata only; also in AOT's metadata pass, whose
+branches are functionalized callables) are reused only when every output is a tensor whose
+sizes hold no unbacked symbol. Graphs with effectful ops are never shared (effect tokens are
+state of the functional mode).
 """
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ import torch
 import torch.fx
 import torch.fx.traceback as fx_traceback
 import torch.utils._pytree as pytree
+from torch._higher_order_ops.effects import has_effects
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental import proxy_tensor
 from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
@@ -54,7 +57,12 @@ _WRAPPERS.pop(None, None)
 def _flat(gm: Any) -> bool:
     """A plain graph with no attribute reads and no effect tokens: a copy of it computes the
     same on its own."""
-    return _plain_graph(gm) and not any(n.op == "get_attr" or n.target is _WITH_EFFECTS for n in gm.graph.nodes)
+    return _plain_graph(gm) and not any(n.op == "get_attr" or n.target is _WITH_EFFECTS or _effectful(n)
+                                        for n in gm.graph.nodes)
+
+
+def _effectful(node: torch.fx.Node) -> bool:
+    return node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload) and has_effects(node.target)
 
 
 def _source(fn: Any) -> tuple[tuple, torch.fx.GraphModule] | None:
@@ -175,9 +183,10 @@ def shared_branch_traces() -> Iterator[dict]:
 
     def shared_fake(mode: FakeTensorMode, pred: Any, true_fn: Any, false_fn: Any, operands: Any) -> Any:
         metas = tuple(_meta(v) for v in (pred, *operands))
-        if not (_flat(true_fn) and _flat(false_fn)) or any(m is None for m in metas):
+        sources = (_source(true_fn), _source(false_fn))  # graphs, or (functionalized) replays of one
+        if any(s is None for s in sources) or any(m is None for m in metas):
             return fake_rule(mode, pred, true_fn, false_fn, operands)
-        key = ("fake", graph_fingerprint(true_fn), graph_fingerprint(false_fn), metas, _Same(mode), _context())
+        key = ("fake", sources[0][0], sources[1][0], metas, _Same(mode), _context())
         hit = memo.get(key)
         if hit is not None:
             memo["hits"] += 1
