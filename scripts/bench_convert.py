@@ -5,8 +5,9 @@
 The default model is BlockDrop on ResNet-110 (`examples/dynn/blockdrop110.py`, 54 gated
 blocks). Every timing run is a new Python process (nothing cached from an earlier
 conversion: rewrite cache, torch's and JAX's compile caches): it converts the model, calls it
-once (trace + XLA compile + run) and prints the report's stage timings; the table shows the
-median of the runs and their spread (min-max), since the machine may be shared.
+once (trace + XLA compile + run) and prints the report's stage timings, wall and CPU seconds
+of the process (the steadier figure where the machine is shared); the table shows the median
+of the runs and their spread (min-max), and the load average around them.
 
 The memory run is one more process, with `tracemalloc` on (which slows Python down, so its
 times are not used): the resident set size (RSS) before the conversion, its peak during the
@@ -34,8 +35,7 @@ DEFAULT = ROOT / "examples" / "dynn" / "blockdrop110.py"
 STAGES = ("rewrite_s", "export_s", "decompose_s", "lower_s", "check_s", "first_call_s")
 LABELS = {"rewrite_s": "rewrite", "export_s": "torch.export", "decompose_s": "run_decompositions",
           "lower_s": "lowering", "check_s": "eval_shape check", "first_call_s": "first call (compile + run)",
-          "convert_s": "to_jax total", "total_s": "conversion + first call",
-          "cpu_convert_s": "to_jax, CPU seconds", "cpu_first_call_s": "first call, CPU seconds"}
+          "convert_s": "to_jax total", "total_s": "conversion + first call"}
 
 
 def _rss_mb() -> float:
@@ -124,21 +124,35 @@ def _run_child(spec: str, memory: bool) -> dict[str, Any]:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def _stage_rows(runs: list[dict[str, Any]]) -> list[tuple[str, float, float, float]]:
+def _stage_rows(runs: list[dict[str, Any]]) -> list[tuple[str, list[float], list[float]]]:
+    """Per stage: its label, the wall seconds of every run, and the CPU seconds of every run."""
     rows = []
-    for key in STAGES + ("convert_s", "total_s", "cpu_convert_s", "cpu_first_call_s"):
-        values = []
+    for key in STAGES + ("convert_s", "total_s"):
+        wall, cpu = [], []
         for r in runs:
             t = r["timings"]
-            if key in ("convert_s", "cpu_convert_s", "cpu_first_call_s"):
-                values.append(r[key])
+            if key == "convert_s":
+                wall.append(r["convert_s"])
+                cpu.append(r["cpu_convert_s"])
             elif key == "total_s":
-                values.append(r["convert_s"] + t["first_call_s"])
+                wall.append(r["convert_s"] + t["first_call_s"])
+                cpu.append(r["cpu_convert_s"] + r["cpu_first_call_s"])
+            elif key == "first_call_s":
+                wall.append(t[key])
+                cpu.append(r["cpu_first_call_s"])
             elif key in t:
-                values.append(t[key])
-        if values:
-            rows.append((LABELS[key], statistics.median(values), min(values), max(values)))
+                wall.append(t[key])
+                if key[:-2] + "_cpu_s" in t:
+                    cpu.append(t[key[:-2] + "_cpu_s"])
+        if wall:
+            rows.append((LABELS[key], wall, cpu))
     return rows
+
+
+def _cell(values: list[float]) -> str:
+    if not values:
+        return f"{'':>22}"
+    return f"{statistics.median(values):8.2f} ({min(values):5.2f}-{max(values):5.2f})"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -153,11 +167,13 @@ def main(argv: list[str] | None = None) -> int:
     if ns.child:
         print(json.dumps(child(ns.file, ns.memory)))
         return 0
+    load = f"{os.getloadavg()[0]:.2f}"
     runs = [_run_child(ns.file, memory=False) for _ in range(ns.runs)]
-    print(f"{runs[0]['model']} ({runs[0]['host']}), {len(runs)} fresh processes; seconds")
-    print(f"{'stage':<30} {'median':>8} {'min':>8} {'max':>8}")
-    for label, med, lo, hi in _stage_rows(runs):
-        print(f"{label:<30} {med:8.2f} {lo:8.2f} {hi:8.2f}")
+    print(f"{runs[0]['model']} ({runs[0]['host']}), {len(runs)} fresh processes; seconds, median (min-max)")
+    print(f"load average before: {load}; after: {os.getloadavg()[0]:.2f} (wall time is shared, CPU time is this process's)")
+    print(f"{'stage':<30} {'wall':>22} {'CPU':>22}")
+    for label, wall, cpu in _stage_rows(runs):
+        print(f"{label:<30} {_cell(wall)} {_cell(cpu)}")
     result: dict[str, Any] = {"runs": runs}
     if not ns.no_memory:
         mem = result["memory"] = _run_child(ns.file, memory=True)

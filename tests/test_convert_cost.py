@@ -206,3 +206,84 @@ def test_a_failing_branch_check_is_not_remembered():
         clean = make_fx(lambda x: x + 1)(torch.zeros(3))
         hop_utils._check_alias_and_mutation(clean, [torch.zeros(3)], "cond_true", False)
         assert len(memo) == 1
+
+
+class _Scaled(nn.Module):
+    """One block class; `scale` is a Python attribute its forward reads (a constant in the graph)."""
+
+    def __init__(self, width: int, scale: float) -> None:
+        super().__init__()
+        self.lin = nn.Linear(width, width)
+        self.scale = scale
+
+    def forward(self, x):
+        return torch.relu(self.lin(x)) * self.scale
+
+
+class _Mixed(nn.Module):
+    """Gated blocks of one code: two equal, one differing only in a Python attribute, one at
+    another width. Only the equal two may share a trace; all keep their own weights."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(7)
+        self.blocks = nn.ModuleList([_Scaled(8, 2.0), _Scaled(8, 2.0), _Scaled(8, 3.0)])
+        self.down = nn.Linear(8, 6)
+        self.narrow = _Scaled(6, 2.0)
+        self.gate = nn.Linear(8, 4)
+
+    def forward(self, x):
+        flags = [g for g in (self.gate(x) > 0).float().unbind(1)]  # a Python list of tensors
+        for t, block in enumerate(self.blocks):
+            if flags[t].sum() == 0:
+                continue
+            x = x + block(x) * flags[t].view(-1, 1)
+        x = self.down(x)
+        keep = flags[3]
+        if keep.sum() > 0:
+            x = x + self.narrow(x)
+        return x
+
+
+def _capture_text(jm: Any) -> list[str]:
+    """Every graph of the captured program with each node's module path and stack trace."""
+    ep = jm._emit_input.ep
+    out = []
+    for name, gm in ep.graph_module.named_modules():
+        if isinstance(gm, torch.fx.GraphModule):
+            out.append(name + gm.code)
+            out += [f"{n.name} {n.meta.get('nn_module_stack')} {n.meta.get('stack_trace')}" for n in gm.graph.nodes]
+    return out
+
+
+def test_equal_blocks_share_traces_and_others_do_not():
+    import contextlib
+
+    from dycl_jax.capture import branch_traces, shims
+
+    model = _Mixed().eval()
+    memos: list[dict] = []
+    real = shims.shared_branch_traces
+
+    @contextlib.contextmanager
+    def counted():
+        with real() as memo:
+            memos.append(memo)
+            yield memo
+
+    shims.shared_branch_traces = counted
+    try:
+        jm = dycl_jax.to_jax(model, (torch.randn(2, 8),), host="staged")
+        shims.shared_branch_traces = contextlib.nullcontext  # torch's own tracing, for reference
+        plain = dycl_jax.to_jax(model, (torch.randn(2, 8),), host="staged")
+    finally:
+        shims.shared_branch_traces = real
+    assert branch_traces.cond_module.reenter_make_fx is branch_traces.hop_utils.reenter_make_fx
+    assert memos and memos[0]["hits"] > 0, memos  # blocks 0 and 1 share their traces
+    # the shared copies carry each block's own module paths: the captured program is torch's
+    assert _capture_text(jm) == _capture_text(plain)
+    assert jm.to_source() == plain.to_source()
+    g = torch.Generator().manual_seed(2)
+    cases = [(s * torch.randn(2, 8, generator=g),) for s in (0.2, 1.0, 4.0) for _ in range(4)]
+    decided = _compare(model, jm, cases)
+    assert len(decided) == 2 and all(v == {True, False} for v in decided.values()), decided  # the loop, the last if

@@ -60,6 +60,8 @@ class CapturedProgram:
     out_is_python: list[bool] = field(default_factory=list)  # Python scalars returned as 0-d
     export_seconds: float = 0.0  # torch.export.export
     decompose_seconds: float = 0.0  # run_decompositions to core ATen
+    export_cpu_seconds: float = 0.0  # the same two as CPU time of the process (all its threads)
+    decompose_cpu_seconds: float = 0.0
     # train mode: the buffers the program updates, as the first graph outputs, in that order
     mutations: list[str] = field(default_factory=list)
 
@@ -192,13 +194,13 @@ def capture(
     record: dict[str, Any] = {}
     wrapper = _MethodWrapper(model, method, leaves, spec, record.update)
     tensors = [leaves[i] for i in wrapper._tensor_index]
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     try:
         mode = training(model) if train else _eval_mode(model)
         with warnings.catch_warnings(), mode, _quiet_torch_logs():
             warnings.simplefilter("ignore")
             ep = torch.export.export(wrapper, tuple(tensors), dynamic_shapes=_dynamic_shapes(tensors, dynamic_batch))
-            exported = time.perf_counter()
+            exported, cpu_exported = time.perf_counter(), time.process_time()
             ep = decompose(ep) if decompose else to_core_aten(ep)
     except DyclError:
         raise
@@ -207,7 +209,7 @@ def capture(
             f"torch.export could not capture {type(model).__name__}.{method}: {_root_cause(exc)}",
             fix="see the chained exception for the line torch.export rejected",
         ) from exc
-    done = time.perf_counter()
+    done, cpu_done = time.perf_counter(), time.process_time()
     return CapturedProgram(
         ep=ep,
         state=_state_entries(ep, train),
@@ -219,6 +221,8 @@ def capture(
         out_is_python=record["out_is_python"],
         export_seconds=exported - start,
         decompose_seconds=done - exported,
+        export_cpu_seconds=cpu_exported - cpu_start,
+        decompose_cpu_seconds=cpu_done - cpu_exported,
         mutations=[_strip(s.target) for s in ep.graph_signature.output_specs if s.kind == OutputKind.BUFFER_MUTATION],
     )
 

@@ -10,6 +10,7 @@ import torch.nn.modules.transformer as _transformer
 from torch.distributions import Distribution
 
 from dycl_jax.capture.branch_checks import shared_branch_checks
+from dycl_jax.capture.branch_traces import shared_branch_traces
 
 
 def _causal_hint(mask: Any, is_causal: bool | None = None, size: int | None = None) -> bool:
@@ -54,15 +55,15 @@ def capture_shims() -> Iterator[None]:
     the same without them. So a converted program computes what torch computes on valid
     arguments; on invalid ones torch raises ValueError and the converted program does not check.
 
-    Also torch.cond's schema and alias/mutation checks run once per distinct branch structure
-    (branch_checks.py).
+    Also torch.cond's schema and alias/mutation checks, and its branch traces, run once per
+    distinct branch structure (branch_checks.py, branch_traces.py).
     """
     original = _transformer._detect_is_causal_mask
     validate = Distribution._validate_args
     _transformer._detect_is_causal_mask = _causal_hint
     Distribution._validate_args = False
     try:
-        with _fake_rules(), shared_branch_checks():
+        with _fake_rules(), shared_branch_checks(), shared_branch_traces():
             yield
     finally:
         _transformer._detect_is_causal_mask = original

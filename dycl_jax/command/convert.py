@@ -105,9 +105,10 @@ def convert(ns: argparse.Namespace, out: Console, err: Console) -> int:
         report = jm.report()
         report.warnings += _caught(caught)
         step("first call: trace + XLA compile")
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         jax.block_until_ready(jm(*prep.args))
         report.timings["first_call_s"] = time.perf_counter() - start
+        report.timings["first_call_cpu_s"] = time.process_time() - cpu
         cases = [prep.args] + prep.checks
         step(f"parity check against torch ({len(cases)} inputs)")
         report.parity, problems, report.flips = parity(model, ns.method, jm, cases)

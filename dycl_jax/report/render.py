@@ -189,10 +189,17 @@ def _timings(report: ConversionReport) -> Table:
     table = Table(title="timings", title_justify="left")
     table.add_column("stage")
     table.add_column("seconds", justify="right")
+    cpu = {k: v for k, v in report.timings.items() if k.endswith("_cpu_s")}  # CPU time beside a stage's wall time
+    if cpu:
+        table.add_column("CPU seconds", justify="right")
     keys = [k for k in _TIMING_LABELS if k in report.timings]
-    keys += [k for k in report.timings if k not in _TIMING_LABELS]
+    keys += [k for k in report.timings if k not in _TIMING_LABELS and k not in cpu]
     for key in keys:
-        table.add_row(_t(_TIMING_LABELS.get(key, key)), f"{report.timings[key]:.3f}")
+        row = [_t(_TIMING_LABELS.get(key, key)), f"{report.timings[key]:.3f}"]
+        if cpu:
+            value = cpu.get(key[:-2] + "_cpu_s")
+            row.append("" if value is None else f"{value:.3f}")
+        table.add_row(*row)
     return table
 
 

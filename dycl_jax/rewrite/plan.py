@@ -3,7 +3,7 @@ fixed list of tensors, with Python constants kept aside; located errors where th
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 import torch.utils._pytree as pytree
@@ -103,24 +103,41 @@ class Plan:
         # passed on, or updated in place through either): after the join they are one tensor again
         self.same = same or {}
 
-    def flatten(self, values: tuple[Any, ...], clone: bool = True) -> list[torch.Tensor]:
-        """One path's outputs as the plan's tensors (converted, placeholders, fresh copies)."""
-        out: list[torch.Tensor] = []
+    def _travelling(self, values: tuple[Any, ...]) -> Iterator[tuple[Leaf, Any]]:
+        # (leaf, value) of every tensor leaf that travels through the graph op, in order
         for var, value in zip(self.vars, values):
             if var.spec is None:
                 continue
             leaves = [None] * len(var.leaves) if isinstance(value, Undefined) else flatten(value)[0]
-            for leaf, v in zip(var.leaves, leaves):
-                if leaf.const:
-                    continue
-                if isinstance(v, torch.Tensor):
-                    # a graph op may not return its input or a view of it
-                    out.append(v.clone() if clone else v)
-                elif isinstance(v, _NUMBER):
-                    out.append(torch.full(leaf.shape, v, dtype=leaf.dtype, device=leaf.device))
-                else:  # placeholder for a path that never assigned the variable
-                    out.append(torch.zeros(leaf.shape, dtype=leaf.dtype, device=leaf.device))
+            yield from ((leaf, v) for leaf, v in zip(var.leaves, leaves) if not leaf.const)
+
+    def flatten(self, values: tuple[Any, ...], clone: bool = True) -> list[torch.Tensor]:
+        """One path's outputs as the plan's tensors (converted, placeholders, fresh copies)."""
+        out: list[torch.Tensor] = []
+        for leaf, v in self._travelling(values):
+            if isinstance(v, torch.Tensor):
+                # a graph op may not return its input or a view of it
+                out.append(v.clone() if clone else v)
+            elif isinstance(v, _NUMBER):
+                out.append(torch.full(leaf.shape, v, dtype=leaf.dtype, device=leaf.device))
+            else:  # placeholder for a path that never assigned the variable
+                out.append(torch.zeros(leaf.shape, dtype=leaf.dtype, device=leaf.device))
         return out
+
+    def flatten_key(self, values: tuple[Any, ...], tensors: list[Any]) -> tuple:
+        """What `flatten(values)` computes, as data: each tensor by its position in `tensors`
+        (by identity), each number by type and value, with the leaf metadata it is made in."""
+        where = {id(t): k for k, t in enumerate(tensors)}
+        out = []
+        for leaf, v in self._travelling(values):
+            meta = (tuple(str(d) for d in leaf.shape), str(leaf.dtype), str(leaf.device))
+            if isinstance(v, torch.Tensor):
+                out.append(("tensor", where.get(id(v), -1)))
+            elif isinstance(v, _NUMBER):
+                out.append(("full", type(v).__name__, repr(v), meta))
+            else:
+                out.append(("zeros", meta))
+        return tuple(out)
 
     def rebuild(self, tensors: list[torch.Tensor] | tuple[torch.Tensor, ...]) -> tuple[Any, ...]:
         it = iter(range(len(tensors)))

@@ -210,6 +210,8 @@ def choice(site: Site, preds: list[torch.Tensor], indices: list[int], fns: list[
             # a branch may not return its operand: the slots it left alone come back as copies
             return (plan.flatten(padding.apply(pads, tuple(values)))
                     + [writes[s] if s in writes else full[ops.index[s]].clone() for s in written])
+        if pads is None and not written:
+            _describe(run, t, plan, keep, skip)
         return run
 
     def finish(outs: list[torch.Tensor]) -> tuple[plans.Plan, list[torch.Tensor]]:
@@ -303,6 +305,28 @@ def loop(site: Site, test_fn: Callable, body_fn: Callable, carry: tuple, invaria
     for s, value in zip(written, outs[n:]):
         state_writes.write(*final.slots[s], value)
     return plan, outs[:n]
+
+
+def _describe(run: Callable, t: Traced, plan: plans.Plan, keep: list[int], skip: int) -> None:
+    """Give a branch that replays `t` the data its trace is a function of (capture/branch_traces.py
+    shares one trace between branches of equal structure, adding the graph's fingerprint):
+    where each of the graph's inputs comes from among the branch's operands, and what the plan
+    makes of its outputs."""
+    tensors = [v for v in t.flat if isinstance(v, torch.Tensor)]
+    flattened = plan.flatten_key(t.values, tensors)
+    if any(step == ("tensor", -1) for step in flattened):
+        return
+    where = {i: skip + k for k, i in enumerate(keep)}
+    structure = ("replay", len(keep) + skip, tuple(where.get(i) for i in t.inputs), flattened)
+    run.__dict__[_STRUCTURE] = (structure, t.gm)
+
+
+_STRUCTURE = "_dycl_branch_structure"
+
+
+def branch_structure(fn: Any) -> tuple[tuple, torch.fx.GraphModule] | None:
+    """(structure key, source graph) of a branch `choice` made, or None (any other callable)."""
+    return getattr(fn, "__dict__", {}).get(_STRUCTURE) if callable(fn) else None
 
 
 def _used(traced: list[Traced], start: int) -> list[int]:
