@@ -448,9 +448,9 @@ def test_kthvalue_ties_matrix_exp_degrees_tensorinv_and_polygamma_poles() -> Non
     x = torch.tensor([0.0, -0.0, -1.0, -2.0, -2.5, 0.5, 3.0])
 
     def fn(ids, scores, one, batch, t, x):
-        picks = [torch.kthvalue(ids, k, dim=1) for k in (1, 3, 5, 9)]
+        picks = [torch.kthvalue(ids, k, dim=1) for k in (3, 5)]
         picks.append(torch.kthvalue(ids, 2, dim=0, keepdim=True))
-        picks += [tuple(torch.kthvalue(scores, k)) for k in (2, 5, 8)]
+        picks.append(tuple(torch.kthvalue(scores, 8)))
         exps = torch.linalg.matrix_exp(one), torch.linalg.matrix_exp(batch)
         poly = [torch.polygamma(n, x) for n in (2, 3)] + [torch.polygamma(1, x.bfloat16() + 4)]
         return picks, exps, torch.linalg.tensorinv(t, ind=1), poly
