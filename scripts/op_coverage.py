@@ -2,12 +2,14 @@
 (the data behind the coverage goals).
 
 Usage: python scripts/op_coverage.py [--only NAME ...] [--all | --selection] [--dtype NAME ...] [--samples N]
-                                     [--json PATH]
+                                     [--start N] [--stop M] [--json PATH]
 
 Without a flag it runs the ordinary-models list (tests/opinfo_entries.py, goal 90%);
 `--selection` runs the wide selection of tests/opinfo_selection.py (nn.functional, linalg,
 elementwise, reduction, indexing, shape and sorting entries; goal 97%); `--all` runs op_db.
 An entry with none of the harness's dtypes runs in the first dtype of _FALLBACK_DTYPES it has.
+`--start/--stop` run a slice of the chosen entries (positions as in Python's keys[start:stop]), and
+`--json` is rewritten after every entry, so a long run that is stopped keeps what it measured.
 """
 from __future__ import annotations
 
@@ -167,7 +169,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dtype", action="append", default=[], choices=[dtype_name(d) for d in DTYPES],
                         help="only these dtypes (default: every one an entry supports)")
     parser.add_argument("--samples", type=int, default=None, help="samples per entry and dtype (default: all)")
-    parser.add_argument("--json", metavar="PATH", help="write the per-entry results as JSON")
+    parser.add_argument("--start", type=int, default=None, help="first position of the chosen entries to run")
+    parser.add_argument("--stop", type=int, default=None, help="position after the last one to run")
+    parser.add_argument("--json", metavar="PATH", help="write the per-entry results as JSON (after every entry)")
     opts = parser.parse_args(argv)
 
     # torch.export logs a warning (with the whole graph) for each value-dependent shape it meets
@@ -178,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     # a wide table stays readable when the output goes to a file or a CI log
     console = Console(width=None if sys.stdout.isatty() else 200)
     _CLASS.update(classify(op_db()))
-    keys = _select(opts.only, opts.all, opts.selection)
+    keys = _select(opts.only, opts.all, opts.selection)[opts.start:opts.stop]
     start = time.perf_counter()
     rows: list[Row] = []
     with console.status("") as status:
@@ -186,12 +190,12 @@ def main(argv: list[str] | None = None) -> int:
             status.update(f"[{i + 1}/{len(keys)}] {entry_id(key)}")
             result = run_entry(key, _dtypes(key, opts.dtype), first(opts.samples) if opts.samples else None)
             rows.append((key, result, _verdict(key, result)))
+            if opts.json:  # rewritten each time so that a stopped run keeps its rows
+                Path(opts.json).write_text(json.dumps(_to_json(rows), indent=1))
     console.print(_table(rows, opts.samples))
     _summary(console, rows, opts.selection)
     elapsed = time.perf_counter() - start
     console.print(f"registered lowerings: {len(registered())}; {len(rows)} entries in {elapsed:.0f} s")
-    if opts.json:
-        Path(opts.json).write_text(json.dumps(_to_json(rows), indent=1))
     return 0
 
 

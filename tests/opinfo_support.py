@@ -16,7 +16,9 @@ import torch.utils._pytree as pytree
 import dycl_jax
 from dycl_jax.capture.export import _dynamic_shapes
 from dycl_jax.errors import CaptureError, DyclError, InputMutationError
-from opinfo_compare import HALF_TOLERANCE, TIE_ORDER_FREE, compare, compare_tie_free, identical, no_less_accurate, outside_int32
+from opinfo_compare import (
+    SIGN_FREE, TIE_ORDER_FREE, WIDER, align_signs, compare, compare_tie_free, identical, no_less_accurate, outside_int32,
+)
 
 # The dtypes ordinary models compute in; an entry runs in each one its OpInfo supports on CPU.
 DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.int32, torch.int64, torch.bool)
@@ -138,13 +140,15 @@ class _Prepared:
         if self.name in TIE_ORDER_FREE:
             s = self.sample
             return compare_tie_free(self.name, s.input, tuple(s.args), dict(s.kwargs), self.expected, got)
+        if self.name in SIGN_FREE:
+            got = align_signs(self.name, self.expected, got)
         diff = compare(self.expected, got)
-        if diff and "values differ" in diff and any(t.dtype in HALF_TOLERANCE for t in self.tensors):
-            # beyond a few eps of torch's half result: still right if no less accurate than it
-            wide = [t.float() if t.dtype in HALF_TOLERANCE else t for t in self.tensors]
+        if diff and "values differ" in diff and any(t.dtype in WIDER for t in self.tensors):
+            # beyond the tolerance of torch's result: still right if no less accurate than it
+            wide = [t.to(WIDER[t.dtype]) if t.dtype in WIDER else t for t in self.tensors]
             try:
                 reference = _eager(self.module, wide, seed=0)
-            except Exception:  # the op has no float32 form with these arguments
+            except Exception:  # the op has no wider form with these arguments
                 return diff
             return None if no_less_accurate(self.expected, reference, got) is None else diff
         return diff

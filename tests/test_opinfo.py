@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).parent))  # the helpers live next to this 
 
 from opinfo_entries import ORDINARY, REGRESSION_SAMPLES  # noqa: E402
 from opinfo_known_failures import KNOWN_FAILURES, listed  # noqa: E402
-from opinfo_compare import compare, compare_tie_free, no_less_accurate, outside_int32  # noqa: E402
+from opinfo_compare import align_signs, compare, compare_tie_free, no_less_accurate, outside_int32  # noqa: E402
 from opinfo_selection import selection  # noqa: E402
 from opinfo_support import PASS, Choose, dtype_name, dtypes_of, entry_id, op_db, run_entry  # noqa: E402
 
@@ -139,6 +139,13 @@ def test_compare_catches_differences() -> None:
     torch_half, exact = torch.tensor([0.53], dtype=torch.float16), torch.tensor([0.54])
     assert no_less_accurate(torch_half, exact, np.array([0.54], np.float16)) is None  # closer than torch
     assert no_less_accurate(torch_half, exact, np.array([0.58], np.float16)) is not None
+    ints = (torch.tensor([1, 2]), torch.tensor([0.5]))  # an integer leaf is never judged by accuracy
+    assert no_less_accurate(ints, ints, (np.array([1, 3], np.int32), np.array([0.5], np.float32))) is not None
+    w, v = torch.tensor([1.0, 2.0]), torch.tensor([[0.6, 0.8], [0.8, -0.6]])  # eigenvectors up to sign
+    flipped = align_signs("linalg.eigh", (w, v), (w.numpy(), v.numpy() * np.array([-1.0, 1.0], np.float32)))
+    assert compare((w, v), flipped) is None
+    other = align_signs("linalg.eigh", (w, v), (w.numpy(), np.array([[0.8, 0.6], [0.6, -0.8]], np.float32)))
+    assert compare((w, v), other) is not None  # other vectors stay other vectors
     ties = torch.tensor([1.0, 1.0, 0.0])
     want = torch.sort(ties)  # values [0, 1, 1]: the order of the two 1s is torch's choice
     values = want.values.numpy()

@@ -433,6 +433,32 @@ def test_complex_views_inside_a_real_program_and_as_outputs() -> None:
                                                                   dynamic_batch=False), (x, angles), (0, 1), TOL)
 
 
+def test_kthvalue_ties_matrix_exp_degrees_tensorinv_and_polygamma_poles() -> None:
+    """Found by the wide selection: kthvalue's index among tied values is the one torch's
+    quickselect leaves (NaN counted largest); matrix_exp picks torch's polynomial degree for a
+    single matrix (norm below 0.58: degree 8) and scales and squares a batch; tensorinv inlines a
+    checked inverse; polygamma(n >= 2) is +-inf at the poles 0, -1, ... and bfloat16 is computed
+    in float32, as torch does; `put` accumulates bools as `or`; float16 renorm (a cast prim)."""
+    ids = torch.tensor([[3, 1, 3, 0, 1, 3, 2, 1, 3], [2, 2, 2, 2, 0, 0, 5, 5, 2], [7, 7, 7, 7, 7, 7, 7, 7, 7]])
+    scores = torch.tensor([[0.5, float("nan"), 0.5, -1.0, 0.5, 0.0, 0.5, float("nan"), 2.0]])
+    gen = torch.Generator().manual_seed(0)
+    one = torch.randn(3, 3, generator=gen) * 0.1
+    batch = torch.randn(4, 3, 3, generator=gen) * 2
+    t = torch.randn(6, 2, 3, generator=gen) + 3 * torch.eye(6).reshape(6, 2, 3)
+    x = torch.tensor([0.0, -0.0, -1.0, -2.0, -2.5, 0.5, 3.0])
+
+    def fn(ids, scores, one, batch, t, x):
+        picks = [torch.kthvalue(ids, k, dim=1) for k in (3, 5)]
+        picks.append(torch.kthvalue(ids, 2, dim=0, keepdim=True))
+        picks.append(tuple(torch.kthvalue(scores, 8)))
+        exps = torch.linalg.matrix_exp(one), torch.linalg.matrix_exp(batch)
+        poly = [torch.polygamma(n, x) for n in (2, 3)] + [torch.polygamma(1, x.bfloat16() + 4)]
+        flags = torch.put(ids > 2, torch.tensor([0, 0, -1, 4]), ids[0, :4] < 2, accumulate=True)
+        return picks, exps, torch.linalg.tensorinv(t, ind=1), poly, flags, torch.renorm(batch.half(), 2, 0, 1.0)
+
+    check(Fn(fn), ids, scores, one, batch, t, x)
+
+
 # ------------------------------------------------------------------ the wide OpInfo selection
 
 

@@ -1,4 +1,4 @@
-"""Decompositions of torch.linalg functions that check their result (inv, cholesky, solve, lu_factor, ldl_factor)."""
+"""Decompositions of torch.linalg functions that check their result (inv, tensorinv, cholesky, solve, lu_factor, ldl_factor)."""
 from __future__ import annotations
 
 from typing import Any, Callable
@@ -15,6 +15,17 @@ aten = torch.ops.aten
 
 def _inv(a: Any) -> Any:
     return aten.linalg_inv_ex.default(a)[0]
+
+
+def _tensorinv(a: Any, ind: int = 2) -> Any:
+    # torch's own composite: the inverse of `a` as a (prod(a.shape[ind:]))-square matrix, viewed
+    # as a.shape[ind:] + a.shape[:ind]; it inlines the checked linalg_inv, so it needs its own entry
+    head, tail = list(a.shape[:ind]), list(a.shape[ind:])
+    n = 1
+    for size in tail:
+        n = n * size
+    inverse = aten.linalg_inv_ex.default(aten.reshape.default(a, [n, n]))[0]
+    return aten.view.default(inverse, tail + head)
 
 
 def _cholesky(a: Any, upper: bool = False) -> Any:
@@ -37,6 +48,7 @@ def _ldl_factor(a: Any, hermitian: bool = False) -> Any:
 
 UNCHECKED: dict[Any, Callable[..., Any]] = {
     aten.linalg_inv.default: _inv,
+    aten.linalg_tensorinv.default: _tensorinv,
     aten.linalg_cholesky.default: _cholesky,
     aten.linalg_solve.default: _solve,
     aten.linalg_lu_factor.default: _lu_factor,

@@ -6,6 +6,7 @@ from typing import Any, Sequence
 import jax.numpy as jnp
 from jax import lax
 import numpy as np
+import torch
 
 from dycl_jax.errors import DyclError
 from dycl_jax.lower.dtypes import check_int32, int64
@@ -223,6 +224,12 @@ def to_copy(x, *, dtype=None, layout=None, device=None, pin_memory=None, non_blo
         # XLA would saturate instead
         return x.astype(jnp.int32).astype(target)
     return x.astype(target)
+
+
+@register(torch.ops.prims.convert_element_type.default)
+def convert_element_type(x, dtype):
+    # torch's decompositions of some half-precision ops (renorm) cast through this prim
+    return to_copy(x, dtype=dtype)
 
 
 @register(aten.clone.default)

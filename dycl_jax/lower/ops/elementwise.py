@@ -130,10 +130,22 @@ def square(x):
     return jnp.square(x.astype(jnp.int32) if is_bool(x) else x)
 
 
+def _half_in_float32(fn):
+    """fn computed in float32 for float16/bfloat16 inputs, rounded back: torch's CPU kernels of
+    the gamma family take half values as float (the JAX series in half precision is far off)."""
+    def wrapped(*args):
+        *rest, x = args
+        x = to_float(x)
+        if x.dtype in (jnp.float16, jnp.bfloat16):
+            return fn(*rest, x.astype(jnp.float32)).astype(x.dtype)
+        return fn(*rest, x)
+    return wrapped
+
+
 @register(aten.digamma.default)
+@_half_in_float32
 def digamma(x):
     # torch defines digamma(±0) as ∓inf (a pole); lax returns NaN there.
-    x = to_float(x)
     pole = jnp.where(jnp.signbit(x), jnp.inf, -jnp.inf).astype(x.dtype)
     return jnp.where(x == 0, pole, lax.digamma(x))
 
@@ -147,8 +159,8 @@ def _cot_derivative(n: int) -> np.ndarray:
 
 
 @register(aten.polygamma.default)
+@_half_in_float32
 def polygamma(n, x):
-    x = to_float(x)
     if n == 0:
         return digamma(x)
     # jax's Hurwitz-zeta route is wrong for negative x; reflect those to 1 - x > 0 with
@@ -157,7 +169,13 @@ def polygamma(n, x):
     pos = jax.scipy.special.polygamma(n, jnp.where(neg, 1.0 - x, x))
     c = 1.0 / jnp.tan(jnp.pi * x)
     cot_n = sum(coef * c**k for k, coef in enumerate(_cot_derivative(n)) if coef)
-    return jnp.where(neg, (-1) ** n * pos - jnp.pi * cot_n, pos)
+    out = jnp.where(neg, (-1) ** n * pos - jnp.pi * cot_n, pos)
+    if n == 1:  # torch's trigamma reflects too, so its values at the poles are the formula's
+        return out
+    # torch computes n >= 2 as (-1)^(n+1) n! zeta(n+1, x), and its zeta is +inf at the poles
+    # x = 0, -1, -2, ...
+    pole = (x <= 0) & (x == jnp.floor(x))
+    return jnp.where(pole, jnp.asarray(jnp.inf if n % 2 else -jnp.inf, x.dtype), out)
 
 
 @register(aten.sign.default, aten.sgn.default)

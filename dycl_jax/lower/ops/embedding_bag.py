@@ -39,16 +39,20 @@ def _embedding_bag(weight, indices, offsets, mode, per_sample_weights, include_l
         first = jax.ops.segment_min(jnp.where(hit, indices[:, None], weight.shape[0]), seg, num_segments=n_bags)
         arg = jnp.where((counts > 0)[:, None], first, 0)
         return out, bag, counts, arg
+    # torch's CPU kernel weighs and sums float16/bfloat16 rows in float32 and rounds once
+    wide = jnp.float32 if rows.dtype in (jnp.float16, jnp.bfloat16) else rows.dtype
     if per_sample_weights is not None:
         if mode != _SUM:
             raise DyclError("embedding_bag: per_sample_weights needs mode='sum'", fix="use mode='sum'")
-        rows = rows * per_sample_weights.astype(rows.dtype)[:, None]
-    total = jax.ops.segment_sum(rows, seg, num_segments=n_bags)
+        rows = rows.astype(wide) * per_sample_weights.astype(wide)[:, None]
+    total = jax.ops.segment_sum(rows.astype(wide), seg, num_segments=n_bags)
+    if mode == _MEAN:
+        total = total / jnp.maximum(counts, 1).astype(total.dtype)[:, None]
+    total = total.astype(weight.dtype)
     if mode == _SUM:
         zeros = jnp.zeros((n_bags,), int64())
         return total, jnp.zeros((0,), int64()), zeros, zeros
-    out = total / jnp.maximum(counts, 1).astype(total.dtype)[:, None]
-    return out, bag, counts, counts
+    return total, bag, counts, counts
 
 
 @register(aten._embedding_bag_forward_only.default, aten._embedding_bag.default)

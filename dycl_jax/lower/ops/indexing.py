@@ -165,6 +165,8 @@ def take(x, index):
 @register(aten.put.default)
 def put(x, index, source, accumulate: bool = False):
     flat, idx, src = x.reshape(-1), index.reshape(-1), source.reshape(-1).astype(x.dtype)
+    if accumulate and flat.dtype == jnp.bool_:  # torch adds bools as a logical or
+        return flat.at[idx].max(src).reshape(x.shape)
     out = flat.at[idx].add(src) if accumulate else flat.at[idx].set(src)
     return out.reshape(x.shape)
 

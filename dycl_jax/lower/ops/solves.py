@@ -1,4 +1,4 @@
-"""Linear solves and inverses: triangular, Cholesky and LU solves, solve_ex, inv_ex, pinv, matrix_exp, lstsq."""
+"""Linear solves and inverses: triangular, Cholesky and LU solves, solve_ex, inv_ex, pinv, lstsq."""
 from __future__ import annotations
 
 import jax
@@ -121,29 +121,6 @@ def linalg_pinv(a, *, atol=None, rtol=None, hermitian=False):
     keep = s > cutoff
     s_inv = jnp.where(keep, 1 / jnp.where(keep, s, 1), 0).astype(a.dtype)
     return jnp.matmul(_h(vh) * s_inv[..., None, :], _h(u))
-
-
-# torch's float32 bound on the 1-norm for its degree-18 Taylor approximant
-_THETA_18 = 3.010066362817634
-
-
-@register(aten.linalg_matrix_exp.default)
-def linalg_matrix_exp(a):
-    """exp(A) by torch's scheme: scale by 2**-s so the 1-norm is below theta_18, take the degree-18
-    Taylor polynomial, square s times. (XLA's Pade approximant differs by up to 1e-3 in float32.)"""
-    norm = jnp.abs(a).sum(-2).max(-1)  # the operator 1-norm: the largest column sum
-    s = jnp.maximum(0, jnp.ceil(jnp.log2(jnp.maximum(norm, 1e-30) / _THETA_18))).astype(jnp.int32)
-    scaled = a / jnp.exp2(s.astype(a.real.dtype)).astype(a.dtype)[..., None, None]
-    eye = jnp.broadcast_to(jnp.eye(a.shape[-1], dtype=a.dtype), a.shape)
-    p = eye
-    for k in range(18, 0, -1):  # Horner: I + A/k (I + A/(k+1) (...))
-        p = eye + jnp.matmul(scaled, p) / k
-
-    def square(state):
-        i, x = state
-        return i + 1, jnp.where((i < s)[..., None, None], jnp.matmul(x, x), x)
-
-    return lax.while_loop(lambda st: st[0] < s.max(initial=0), square, (jnp.zeros((), jnp.int32), p))[1]
 
 
 @register(aten.linalg_lstsq.default)

@@ -1,4 +1,4 @@
-"""Sorting and selection: sort, argsort, topk, kthvalue, max/min.dim, median, mode, searchsorted."""
+"""Sorting and selection: sort, argsort, topk, max/min.dim, median, mode, searchsorted (kthvalue: quickselect.py)."""
 from __future__ import annotations
 
 from typing import Any
@@ -100,16 +100,6 @@ def _pick(values, indices, pos, axis: int, keepdim: bool):
 
 def _reduced_shape(x, axis: int):
     return x.shape[:axis] + (1,) + x.shape[axis + 1:]
-
-
-@register(aten.kthvalue.default)
-def kthvalue(x, k: int, dim: int = -1, keepdim: bool = False):
-    if x.ndim == 0:
-        return x, jnp.zeros((), jnp.int32)
-    axis = norm_dim(dim, x.ndim)
-    values, indices = sort_along(x, axis)
-    pos = jnp.full(_reduced_shape(x, axis), k - 1, jnp.int32)
-    return _pick(values, indices, pos, axis, keepdim)
 
 
 def _arg_extreme(x, dim: int, keepdim: bool, fn):
