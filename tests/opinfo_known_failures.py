@@ -9,10 +9,6 @@ from __future__ import annotations
 # Only limits that are not bugs belong here; a lowering bug is fixed, not listed (the wide
 # selection's unfixed bugs below are listed so that none is hidden, each marked as a bug).
 KNOWN_FAILURES: dict[tuple[str, ...], str] = {
-    ("nn.functional.instance_norm", ""): (
-        "every sample passes running_mean/running_var with use_input_stats=True, so the op updates the "
-        "caller's tensors in place; converted models are pure functions and raise InputMutationError"
-    ),
     # wide selection only (scripts/op_coverage.py --selection; not run by tests/test_opinfo.py)
     ("chalf", ""): (
         "casts to complex32, which JAX has no dtype for: conversion refuses with a DyclError "

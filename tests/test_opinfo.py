@@ -3,7 +3,8 @@ int32, int64, bool) through to_jax with dynamic batch on, compared with eager to
 
 CI runs the first 4 float32 samples of every entry and, of every other dtype it supports, the
 first and the middle sample (`ci_samples`), plus the samples that once found a lowering bug
-(REGRESSION_SAMPLES); every sample runs with `pytest -m opinfo_full tests/test_opinfo.py`.
+(REGRESSION_SAMPLES; only those for the REGRESSION_ONLY entries); every sample runs with
+`pytest -m opinfo_full tests/test_opinfo.py`.
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))  # the helpers live next to this file, not in the package
 
-from opinfo_entries import ORDINARY, REGRESSION_SAMPLES  # noqa: E402
+from opinfo_entries import ORDINARY, REGRESSION_ONLY, REGRESSION_SAMPLES  # noqa: E402
 from opinfo_known_failures import KNOWN_FAILURES, listed  # noqa: E402
 from opinfo_compare import align_signs, compare, compare_tie_free, no_less_accurate, outside_int32  # noqa: E402
 from opinfo_selection import selection  # noqa: E402
@@ -32,7 +33,10 @@ def ci_samples(key: tuple[str, str]) -> Choose:
     """What CI runs of an entry: as many samples as fit in its time (the whole test adds about
     as much as the float32-only one took), every dtype, and every sample that found a bug."""
     def choose(dtype: str, count: int) -> set[int]:
-        picked = set(range(CI_FLOAT32)) if dtype == "float32" else {0, count // 2}
+        if key in REGRESSION_ONLY:
+            picked: set[int] = set()
+        else:
+            picked = set(range(CI_FLOAT32)) if dtype == "float32" else {0, count // 2}
         return picked | set(REGRESSION_SAMPLES.get((*key, dtype), ()))
     return choose
 
@@ -97,6 +101,8 @@ def test_known_failures_table_is_valid_and_within_goal() -> None:
     for (name, variant, dtype), indices in REGRESSION_SAMPLES.items():
         assert (name, variant) in ORDINARY and dtype in dtypes[(name, variant)], (name, variant, dtype)
         assert indices, (name, variant, dtype)
+    for key in REGRESSION_ONLY:  # CI runs nothing else of it: every dtype needs a sample
+        assert all((*key, d) in REGRESSION_SAMPLES for d in dtypes[key]), f"{key}: a sample per dtype"
     for key in KNOWN_FAILURES:  # a limit of one dtype must show in CI, which runs only some samples
         ordinary = key[:2] in ORDINARY
         assert len(key) == 2 or not ordinary or key in REGRESSION_SAMPLES, f"{key}: list a failing sample in " \
