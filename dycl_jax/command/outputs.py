@@ -78,10 +78,19 @@ def report(ns: argparse.Namespace, out: Console, err: Console) -> int:
     manifest = root / ARTIFACT / "manifest.json"
     if manifest.is_file():
         m = json.loads(manifest.read_text())
-        out.print(f"artifact: {manifest.parent} (host {m.get('host')}, platforms {', '.join(m.get('platforms', []))}, "
-                  f"batch dimension {m.get('batch', {}).get('dim0', '?')}); "
-                  "load it with dycl_jax.load(path)", highlight=False, soft_wrap=True)
+        out.print(f"artifact: {manifest.parent} ({_artifact_summary(m)}); load it with dycl_jax.load(path)",
+                  highlight=False, soft_wrap=True)
     return exits.OK
+
+
+def _artifact_summary(m: dict) -> str:
+    if m.get("host") == "dispatch":  # a host program with its regions' programs (runtime/hosted_export.py)
+        missing = len(m.get("coverage", {}).get("uncovered", []))
+        served = "every region signature served" if not missing else \
+            f"{missing} site{'s' if missing > 1 else ''} serve only the signatures run before export"
+        return f"host dispatch, {len(m.get('regions', []))} regions, {served}"
+    return (f"host {m.get('host')}, platforms {', '.join(m.get('platforms', []))}, "
+            f"batch dimension {m.get('batch', {}).get('dim0', '?')}")
 
 
 def add_report_parser(sub: Any, epilog: str, fmt: type) -> None:

@@ -2,6 +2,7 @@
 statements, and the classification of why a region could not be compiled."""
 from __future__ import annotations
 
+import re
 import types
 from typing import Any, Sequence
 
@@ -217,10 +218,18 @@ def reraise_if_internal(exc: BaseException) -> None:
 
 
 def describe_failure(exc: BaseException, limit: int = 300) -> str:
-    """One line: the innermost informative cause (e.g. torch's data-dependent guard)."""
+    """One line: the innermost informative cause, in our words where it is torch.export's
+    data-dependent guard (its own text is a page of advice about torch internals)."""
     root = _chain(exc)[-1]
     text = " ".join(str(root).split())
+    guard = _GUARD.search(text)
+    if guard is not None:
+        return (f"a tensor's value decides a Python value or a size here (torch.export cannot capture "
+                f"`{guard.group(1)}`, a condition on data)")
     return f"{type(root).__name__}: {text[:limit]}{'...' if len(text) > limit else ''}"
+
+
+_GUARD = re.compile(r"Could not guard on data-dependent expression (.+?) \(unhinted")
 
 
 def failing_statement(exc: BaseException, fns: Sequence[Any]) -> int | None:

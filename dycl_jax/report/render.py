@@ -241,7 +241,8 @@ def _rewritten(report: ConversionReport, wide: bool) -> Panel:
     keep = 99 if wide else 4
     lines = []
     for f in report.rewritten:
-        parts = [f"dynamic: {_short_list(f.dynamic_sites, keep) or '-'}"]
+        # (a staged island and its host version hold the same site: named once)
+        parts = [f"dynamic: {_short_list(list(dict.fromkeys(f.dynamic_sites)), keep) or '-'}"]
         if f.static_sites:
             parts.append(f"static: {_short_list(f.static_sites, keep)}")
         if f.patched:
