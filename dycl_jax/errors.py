@@ -70,3 +70,24 @@ class ExportCoverageWarning(UserWarning):
     """`jm.export` of a dispatch-host model wrote an artifact that serves only some inputs (a path
     or signature not run before export); `str()` names the user's file and line and the fix.
     `jm.export(..., strict=True)` raises it as a DyclError instead."""
+
+
+# exception types that, raised by dycl_jax's own code, are its bugs (never a user-facing refusal)
+INTERNAL_TYPES = (NameError, KeyError, AssertionError, AttributeError, IndexError, UnboundLocalError)
+
+
+def raised_by_us(exc: BaseException) -> bool:
+    """Whether `exc` (or an exception it chains) is one of INTERNAL_TYPES raised inside dycl_jax's
+    own code, rather than in torch, JAX or the user's program."""
+    seen: list[BaseException] = []
+    e: BaseException | None = exc
+    while e is not None and e not in seen:
+        seen.append(e)
+        if isinstance(e, INTERNAL_TYPES) and e.__traceback__ is not None:
+            tb = e.__traceback__
+            while tb.tb_next is not None:
+                tb = tb.tb_next
+            if "/dycl_jax/" in tb.tb_frame.f_code.co_filename:
+                return True
+        e = e.__cause__ or e.__context__
+    return False

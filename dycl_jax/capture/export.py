@@ -18,7 +18,7 @@ from torch.export.graph_signature import InputKind, OutputKind
 from dycl_jax.capture.checked_linalg import UNCHECKED
 from dycl_jax.capture.shims import capture_shims
 from dycl_jax.capture.train_mode import training
-from dycl_jax.errors import CaptureError, DyclError, InputMutationError
+from dycl_jax.errors import CaptureError, DyclError, InputMutationError, raised_by_us
 from dycl_jax.rewrite.modes import caller_tensors
 
 _PREFIX = "m."  # the user's module sits at `m` inside the wrapper below
@@ -205,6 +205,8 @@ def capture(
     except DyclError:
         raise
     except Exception as exc:
+        if raised_by_us(exc):
+            raise  # our bug: never a refusal (nor, under host="auto", a quiet move to dispatch)
         raise CaptureError(
             f"torch.export could not capture {type(model).__name__}.{method}: {_root_cause(exc)}",
             fix="see the chained exception for the line torch.export rejected",

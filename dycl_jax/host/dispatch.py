@@ -31,6 +31,7 @@ from dycl_jax.capture.region import HostValueError, capture_call, lost_update
 from dycl_jax.errors import AliasedUpdateError, CallError, DyclError, InputMutationError, Location
 from dycl_jax.host import jax_ops, training, values
 from dycl_jax.host.attributes import DynamicAttributes
+from dycl_jax.host.module_state import ModuleState
 from dycl_jax.host.values import leaf_key
 from dycl_jax.capture.fingerprint import graph_fingerprint
 from dycl_jax.lower.int_ranges import int64_verdict, int_scope
@@ -287,6 +288,7 @@ class DispatchHost:
         if train:
             self.path_index = training.state_index(root, self.path_index)
             self._buffers = training.model_buffers(root)
+        self._module_state = ModuleState(root, self.path_index)
 
     # ------------------------------------------------------------ calling
 
@@ -449,7 +451,9 @@ class DispatchHost:
         guard = training.HostGuard(self._buffers, Location(spec.file, spec.statements[part.first].line,
                                                            spec.statements[part.first].code), part.host_reason) \
             if self.train else contextlib.nullcontext()
-        with _land(True), torch.no_grad(), guard:  # values cross to JAX as arrays: no autograd graph needed
+        # the user's code reads weights from the torch module: this call's state values, where they differ
+        with _land(True), torch.no_grad(), guard, self._module_state.swapped(self._state):
+            # (values cross to JAX as arrays: no autograd graph needed)
             if part.in_torch is None and jax_ops.calls_higher_order(fns[part.first:part.stop]):
                 part.in_torch = "calls a torch higher-order op (torch.cond, while_loop, ...)"
             if part.in_torch is None:  # computed by JAX ops where it can be (host/jax_ops.py)

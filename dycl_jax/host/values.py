@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import torch
 
-from dycl_jax.errors import UnsupportedOpError
+from dycl_jax.errors import UnsupportedOpError, raised_by_us
 from dycl_jax.lower.dtypes import INT32_MAX, INT32_MIN, tensor_to_numpy
 from dycl_jax.rewrite.plan import Undefined
 
@@ -191,9 +191,6 @@ def tree_to_torch(tree: Any) -> Any:
 
 # ---------------------------------------------------------------- why a region did not compile
 
-_INTERNAL = (NameError, KeyError, AssertionError, AttributeError, IndexError, UnboundLocalError)
-
-
 def _chain(exc: BaseException) -> list[BaseException]:
     out: list[BaseException] = []
     while exc is not None and exc not in out:
@@ -208,13 +205,8 @@ def reraise_if_internal(exc: BaseException) -> None:
     for e in _chain(exc):
         if isinstance(e, UnsupportedOpError):
             raise e
-
-        if isinstance(e, _INTERNAL) and e.__traceback__ is not None:
-            tb = e.__traceback__
-            while tb.tb_next is not None:
-                tb = tb.tb_next
-            if "/dycl_jax/" in tb.tb_frame.f_code.co_filename:
-                raise exc
+    if raised_by_us(exc):
+        raise exc
 
 
 def describe_failure(exc: BaseException, limit: int = 300) -> str:

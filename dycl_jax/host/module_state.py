@@ -1,0 +1,42 @@
+"""Host statements run the user's torch code, which reads the model's weights from the torch
+module: under `jm.apply(state, ...)` with other values (fine-tuned in JAX, say) they must see
+those values, as the compiled regions do."""
+from __future__ import annotations
+
+import contextlib
+from typing import Any, ContextManager, Sequence
+
+import torch
+from torch.nn.utils import stateless
+
+from dycl_jax.host import values
+
+
+class ModuleState:
+    """Which of the module's parameters and buffers a call's state values replace."""
+
+    def __init__(self, root: torch.nn.Module, path_index: dict[str, int]) -> None:
+        self.root = root
+        self.paths = path_index  # state path ("layers.0.weight") -> index into the state values
+        self._own = dict(root.named_parameters(remove_duplicate=False))
+        self._own.update(root.named_buffers(remove_duplicate=False))
+        # the last state seen (kept, so its ids stay valid) and the torch values that differ in it
+        self._last: tuple[Sequence[Any], dict[str, torch.Tensor]] | None = None
+
+    def swapped(self, state: Sequence[Any]) -> ContextManager:
+        """The module with the state's values where they differ from its own (usually none)."""
+        if self._last is None or len(self._last[0]) != len(state) \
+                or any(a is not b for a, b in zip(self._last[0], state)):
+            self._last = (list(state), self._differing(state))
+        changed = self._last[1]
+        return stateless._reparametrize_module(self.root, changed) if changed else contextlib.nullcontext()
+
+    def _differing(self, state: Sequence[Any]) -> dict[str, torch.Tensor]:
+        out: dict[str, torch.Tensor] = {}
+        for path, i in self.paths.items():
+            own, value = self._own.get(path), values.to_torch(state[i])
+            if not isinstance(value, torch.Tensor):
+                continue
+            if own is None or own.shape != value.shape or not torch.equal(own.detach(), value.to(own.dtype)):
+                out[path] = value if own is None else value.to(own.dtype)
+        return out
