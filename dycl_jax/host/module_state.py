@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any, ContextManager, Sequence
 
+import jax
 import torch
 from torch.nn.utils import stateless
 
@@ -34,6 +35,11 @@ class ModuleState:
     def _differing(self, state: Sequence[Any]) -> dict[str, torch.Tensor]:
         out: dict[str, torch.Tensor] = {}
         for path, i in self.paths.items():
+            if isinstance(state[i], jax.core.Tracer):
+                # under jax.grad / jit of jm.apply: no concrete value to give torch; the host
+                # statement keeps the module's own (a transformation through it is refused when
+                # its inputs are traced, dispatch._eager)
+                continue
             own, value = self._own.get(path), values.to_torch(state[i])
             if not isinstance(value, torch.Tensor):
                 continue
