@@ -278,9 +278,10 @@ def _features(source: str) -> set:
 def _torch_decisions(model: torch.nn.Module, jm: Any, args: tuple) -> list:
     """The decisions the converted program must make: the rewritten torch program's, run eagerly
     (the staged rewrite; on the dispatch host its host decisions, islands that did not stage
-    running their host version as there)."""
+    running their host version as there, and islands with aliased names choosing as the host's
+    last traced call did: call it after `jm.trace(*args)`)."""
     if jm.host == "dispatch":
-        return list(run_dispatch_trace(model, "forward", args, jm._fn.failed_islands())[1])
+        return list(run_dispatch_trace(model, "forward", args, jm._fn.failed_islands(), jm._fn.alias_choices)[1])
     return list(run_torch_trace(model, "forward", args)[1])
 
 
@@ -288,7 +289,7 @@ def _flip(model: torch.nn.Module, jm: Any, args: tuple, tol: float) -> str | Non
     """Where a decision sat on its threshold and torch and XLA took different sides of it: the
     first decision that differs has a margin (jm.trace) within the float error `tol`."""
     try:
-        want, (_, got) = _torch_decisions(model, jm, args), jm.trace(*args)
+        (_, got), want = jm.trace(*args), _torch_decisions(model, jm, args)
     except Exception:  # noqa: BLE001  (no traces to compare: not a flip)
         return None
     for w, g in zip(want, got):

@@ -46,7 +46,8 @@ def _check_every_path(name: str, host: str) -> None:
         assert_same(original, got, f"{name} input {k} ({host} jm.trace vs original torch)")
         assert_same(original, jm(*args), f"{name} input {k} ({host} jm(...) vs original torch)")
         if k < 5:  # the dispatch program run in torch decides exactly as the JAX host does
-            rewritten_out, torch_decisions = run_dispatch_trace(model, "forward", args, jm._fn.failed_islands())
+            rewritten_out, torch_decisions = run_dispatch_trace(model, "forward", args, jm._fn.failed_islands(),
+                                                                 jm._fn.alias_choices)
             assert_same(original, rewritten_out, f"{name} input {k} (dispatch rewrite in torch vs original)")
             mine = [d for d in decisions if d[0] in top]
             assert mine == [d for d in torch_decisions if d[0] in top], f"{name} input {k}: host decisions differ"

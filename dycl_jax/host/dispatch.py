@@ -40,8 +40,8 @@ from dycl_jax.rewrite import lifting
 from dycl_jax.rewrite.api import DispatchPlan, patched
 from dycl_jax.rewrite.modes import exclusive, staging
 from dycl_jax.lower.ops.control_flow import recording
-from dycl_jax.rewrite.regions import (NOT_STAGED, RegionSpec, executing, note_margin, record_compiled,
-                                      recording_margins, region, run_statements)
+from dycl_jax.rewrite.regions import (NOT_STAGED, AliasChoice, RegionSpec, aliased_at_call, executing, note_margin,
+                                      record_compiled, recording_margins, region, run_statements)
 
 # True while a host statement runs in torch: a dispatch-rewritten method called from there
 # converts its tensor arguments to JAX and its results back.
@@ -289,6 +289,9 @@ class DispatchHost:
             self.path_index = training.state_index(root, self.path_index)
             self._buffers = training.model_buffers(root)
         self._module_state = ModuleState(root, self.path_index)
+        # of the last traced call: (island label, whether its host version ran because two of its
+        # names were one array), in call order (`run_dispatch_trace` replays them)
+        self.alias_choices: list[AliasChoice] = []
 
     # ------------------------------------------------------------ calling
 
@@ -301,6 +304,8 @@ class DispatchHost:
             leaves[i] = values.to_host(t) if isinstance(t, torch.Tensor) else t
         args = tuple(leaves) if self._flat_args else pytree.tree_unflatten(leaves, self.in_spec)
         previous, self._state = self._state, state
+        if recording_margins():  # a traced call
+            self.alias_choices = []
         previous_ids, self._arg_ids = self._arg_ids, frozenset(id(leaves[i]) for i in self.tensor_index)
         mode = self.root.training
         if mode != self.train:  # the model runs as converted: eval mode, or train mode with train=True
@@ -365,6 +370,12 @@ class DispatchHost:
         return tuple(env[n] for n in spec.outs)
 
     def run_island(self, spec: RegionSpec, fn: Callable, vals: tuple) -> Any:
+        if spec.aliased:
+            on_host = aliased_at_call(spec, vals)
+            if recording_margins():  # a traced call: the rewritten torch program replays the choice
+                self.alias_choices.append((spec.label, on_host))
+            if on_host:
+                return NOT_STAGED
         st = self.regions.get(id(spec))
         if st is None:
             st = self.regions[id(spec)] = RegionState(spec, [_part(spec, 0, 1)])

@@ -10,7 +10,7 @@ import dataclasses
 import types
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 import torch
 
@@ -310,12 +310,14 @@ def dispatch_plan(model: torch.nn.Module, method: str = "forward") -> DispatchPl
 
 
 @exclusive
-def run_dispatch_trace(model: torch.nn.Module, method: str, args: Any, hosted: frozenset = frozenset()
-                       ) -> tuple[Any, list[tuple[str, bool]]]:
+def run_dispatch_trace(model: torch.nn.Module, method: str, args: Any, hosted: frozenset = frozenset(),
+                       alias_choices: Sequence[tuple[str, bool]] = ()) -> tuple[Any, list[tuple[str, bool]]]:
     """Run the dispatch rewrite eagerly in torch (regions as plain Python), recording every host
     decision at a data-dependent site: the decisions the dispatch host must make too. Islands
-    named in `hosted` run their host version, as on a dispatch host where they did not stage."""
-    from dycl_jax.rewrite.regions import islands_on_host, recording_decisions
+    named in `hosted` run their host version, as on a dispatch host where they did not stage;
+    islands whose names may be one tensor follow `alias_choices`, the host's choices in call
+    order (`DispatchHost.alias_choices` of its last traced call)."""
+    from dycl_jax.rewrite.regions import islands_on_host, recording_decisions, replaying_alias_choices
 
     args = args if isinstance(args, tuple) else (args,)
     plan = dispatch_plan(model, method)
@@ -323,7 +325,7 @@ def run_dispatch_trace(model: torch.nn.Module, method: str, args: Any, hosted: f
     model.eval()
     try:
         with torch.no_grad(), patched([DispatchPlan.bind(t, fn) for t, fn in plan.dispatch]), \
-                islands_on_host(hosted), recording_decisions() as decisions:
+                islands_on_host(hosted), replaying_alias_choices(alias_choices), recording_decisions() as decisions:
             out = getattr(model, method)(*args)
     finally:
         model.train(was_training)

@@ -126,11 +126,11 @@ def region(spec: RegionSpec, fns: Sequence[Callable], values: tuple) -> tuple:
 
 def island(spec: RegionSpec, fn: Callable, values: tuple) -> Any:
     """Generated code's call of a staged island: its outputs, or NOT_STAGED."""
-    if any(values[i] is values[j] for i, j in spec.aliased):
-        return NOT_STAGED  # (the rewritten torch program mirrors the host, decisions included)
     executor = _EXECUTOR.get()
     if executor is not None:
         return executor.run_island(spec, fn, values)
+    if spec.aliased and _replayed_alias_choice(spec, values):
+        return NOT_STAGED
     hosted = _PLAIN_ISLANDS.get()
     if hosted is not None and spec.label in hosted:
         return NOT_STAGED  # mirror a host where this island did not stage
@@ -139,6 +139,38 @@ def island(spec: RegionSpec, fn: Callable, values: tuple) -> Any:
         with modes.tracing(decisions):
             return fn(*values)
     return fn(*values)  # plain Python: the staged rewrite runs Python semantics
+
+
+def aliased_at_call(spec: RegionSpec, values: tuple) -> bool:
+    """Whether two of an island's names that may be one tensor are one at this call: then its
+    host version runs (a staged program's outputs are new arrays, which would part them)."""
+    return any(values[i] is values[j] for i, j in spec.aliased)
+
+
+AliasChoice = tuple[str, bool]  # (island label, whether its host version ran for aliasing)
+_ALIAS_REPLAY: contextvars.ContextVar[list | None] = contextvars.ContextVar("dycl_alias_replay", default=None)
+
+
+def _replayed_alias_choice(spec: RegionSpec, values: tuple) -> bool:
+    """Without an executor: the dispatch host's choice for this call when one is being replayed
+    (identity of JAX arrays on the host and of tensors here need not agree), else Python's."""
+    replay = _ALIAS_REPLAY.get()
+    if replay:
+        label, on_host = replay[0]
+        if label == spec.label:  # (another island first: the runs took different paths)
+            del replay[0]
+            return on_host
+    return aliased_at_call(spec, values)
+
+
+@contextlib.contextmanager
+def replaying_alias_choices(choices: Sequence[AliasChoice]) -> Iterator[None]:
+    """Without an executor, aliased islands take the choices a dispatch host made, in call order."""
+    token = _ALIAS_REPLAY.set(list(choices))
+    try:
+        yield
+    finally:
+        _ALIAS_REPLAY.reset(token)
 
 
 @contextlib.contextmanager

@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import copy
 import dataclasses
+import itertools
 from collections import Counter
 
 from dycl_jax.analysis.scopes import Access, access, function_locals, param_names
@@ -117,6 +118,9 @@ class _Splitter:
         self.reads = Counter(_loads(scope))
         self.first_write = _first_writes(scope)
         self.live = liveness(scope)
+        # (last line, names it updates in place) of each simple statement that updates one
+        self.updates = [(getattr(n, "end_lineno", n.lineno) or n.lineno, access(n).mutates) for n in ast.walk(scope)
+                        if isinstance(n, _SIMPLE) and access(n).mutates]
         self.loops = 0  # host loops around the block being split: a later iteration may read a name again
 
     # ------------------------------------------------------------ statements
@@ -263,6 +267,17 @@ class _Splitter:
             outs = sorted({*outs, *extra})
             # a name read later that may be the same tensor as an output the run may leave as it is
             pairs = [(n, m) for n in outs if n in ins for m in sorted(others - extra) if aliases.same(n, m)]
+            # two outputs that may be one tensor: a staged program returns two arrays, so where a
+            # later statement updates one of them in place the other would miss it; the host version
+            # runs where they are one array at the call, and always where the run may bind one of
+            # them to the other (`a = v` inside)
+            updated = self._updated_after(run)
+            kept = [(n, m) for n, m in itertools.combinations(outs, 2)
+                    if not n.startswith("_dycl_") and not m.startswith("_dycl_") and aliases.same(n, m)
+                    and (live is None or n in live and m in live) and any(aliases.same(u, n) for u in updated)]
+            if any(n not in ins or m not in ins for n, m in kept):
+                return self.block(host_version or run, islands=False)
+            pairs += kept
             ins = sorted({*ins, *extra, *(m for _, m in pairs)})
         fn_name = self.ctx.fresh("island")
         island = locate(function(fn_name, ins, copy.deepcopy(run), outs), run[0])
@@ -354,10 +369,29 @@ class _Splitter:
         run[-1]._dycl_before = s  # type: ignore[attr-defined]  (what is live after it: see _live_after)
         return tmp
 
+    def _kept_by_update(self, s: ast.stmt, acc: Access, outs: list[str]) -> set[str]:
+        """Names besides `outs` that statement `s` of a region must also return, as they are at
+        the call, since they may hold the tensor it updates in place and are read after it."""
+        aliases = getattr(self.ctx.src.tree, "_dycl_aliases", None)
+        if aliases is None or not acc.mutates:
+            return set()
+        live = self.live.following(s)
+        return {m for m in (self.locals if live is None else live & self.locals)
+                if m not in outs and not m.startswith("_dycl_") and any(aliases.same(m, u) for u in acc.mutates)
+                and (m in self.params or self.loops or self.first_write.get(m, 0) < s.lineno)}
+
+    def _updated_after(self, run: list[ast.stmt]) -> set[str]:
+        """Names a simple statement that may run after `run` updates in place (by line; inside a
+        host loop, any)."""
+        end = max(getattr(x, "end_lineno", x.lineno) or x.lineno for x in run)
+        return {n for line, names in self.updates if self.loops or line > end for n in names}
+
     def _live_after(self, run: list[ast.stmt]) -> set[str] | None:
         """Names read after the run (None: not known). A temp computed for a statement (its test,
         its return value) is followed by that statement: what is live before it, a superset."""
         before = getattr(run[-1], "_dycl_before", None)
+        if isinstance(before, ast.Return):  # the function ends there: only the value's temp is read
+            return set()
         return self.live.following(run[-1]) if before is None else self.live.before(before)
 
     @staticmethod
@@ -402,10 +436,16 @@ class _Splitter:
             ins = sorted(reads & self.locals)
             outs = sorted(acc.writes & self.locals)
             run_reads.update(_loads(s))
+            # the other names read later that may hold the tensor it updates in place pass through
+            # it: where one is that tensor at the call the region takes them as one and returns the
+            # updated tensor under each, as torch's names see the update (a placeholder passes as is)
+            also = self._kept_by_update(s, acc, outs)
+            plain = ins  # (read by the statement: unassigned, it fails as in Python)
+            ins, outs = sorted({*ins, *also}), sorted({*outs, *also})
             exposed += [n for n in ins if n not in defined and n not in exposed]
             defined |= set(outs)
             fn_name = self.ctx.fresh("s")
-            defs.append(locate(function(fn_name, ins, [*self._unbind(ins), s], outs), s))
+            defs.append(locate(function(fn_name, ins, [*self._unbind(plain), s], outs), s))
             stmts.append(StatementSpec(fn_name, tuple(ins), tuple(outs), s.lineno, self.ctx.code(s.lineno)))
         elsewhere = {n for n, c in self.reads.items() if c > run_reads.get(n, 0)}
         # generated temps (tests, iterables, return values) are read by the host code after the region
