@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 
@@ -104,3 +105,16 @@ def test_a_decision_flipped_on_its_threshold_counts_as_rounding_not_as_a_bug(mon
     assert "flipped" in fuzz._flip(None, Traced(3e-8), (), fuzz.RTOL)
     assert fuzz._flip(None, Traced(0.3), (), fuzz.RTOL) is None
     assert fuzz._flip(None, Traced(5e-3), (), fuzz.HALF_TOL) is not None
+
+
+def test_an_argmax_between_values_one_tanh_ulp_apart_counts_as_rounding(tmp_path):
+    """Seed 648945457: `h.argmax()` over tanh values whose top two are one float32 ulp apart, and
+    XLA's tanh rounds one of them the other way (torch with XLA's tanh gives the converted
+    program's index). The oracle's rerun with XLA's own tanh sees it; an input without such a
+    tie is not excused."""
+    seed = 648945457
+    model, ins = fuzz.build(seed, tmp_path), fuzz.inputs(seed)
+    with torch.no_grad():
+        tied, plain = model(*ins[7]), model(*ins[0])
+    assert fuzz._rounding_sensitive(model, ins[7], tied)
+    assert not fuzz._rounding_sensitive(model, ins[0], plain)
