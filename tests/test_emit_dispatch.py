@@ -4,17 +4,13 @@ original torch model and with `jm` (which ran those inputs before emitting)."""
 from __future__ import annotations
 
 import importlib
-import pickle
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
+from emit_jobs import run_emitted  # tests/: one torch-free subprocess for every module
 import converted  # tests/: the example conversions this process made already
 from test_emit import _cases, compare
 
-RUNNER = Path(__file__).with_name("emit_runner.py")
 # (example, inputs): an `.item()` early exit with a numpy fallback, top-1 MoE with `nonzero` and `continue`
 CASES = [("numpy_fallback", 12), ("moe", 8)]
 
@@ -33,13 +29,7 @@ def emitted(tmp_path_factory) -> dict:
         jm.emit(str(root / name))
         made[name] = (model, jm, root / name, cases)
         jobs[name] = (str(root / name), [tuple(a.numpy() for a in c) for c in cases], "only")
-    with open(root / "jobs.pkl", "wb") as f:
-        pickle.dump(jobs, f)
-    proc = subprocess.run([sys.executable, str(RUNNER), str(root / "jobs.pkl"), str(root / "res.pkl")],
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    with open(root / "res.pkl", "rb") as f:
-        results = pickle.load(f)
+    results = run_emitted(root, jobs)
     return {name: made[name] + (results[name],) for name in made}
 
 
