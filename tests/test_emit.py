@@ -4,20 +4,16 @@ from __future__ import annotations
 
 import importlib
 import inspect
-import pickle
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
+from emit_jobs import run_emitted  # tests/: one torch-free subprocess for every module
 import converted  # tests/: the example conversions this process made already
 import dycl_jax
 from dycl_jax.errors import DyclError
 
-RUNNER = Path(__file__).with_name("emit_runner.py")
 # (example module, inputs(n) argument): a static ResNet, an early exit, two layer-skipping models
 CASES = [("examples.resnet_small", 3), ("examples.dynn.shallow_deep", 12), ("examples.dynn.skipnet_ff", 8),
          ("examples.dynn.blockdrop", 8)]
@@ -68,13 +64,7 @@ def emitted(tmp_path_factory) -> dict:
         cases = _cases(importlib.import_module(name), n)
         made[name] = (model, jm, root / name / "out", cases)
         jobs[name] = (str(root / name / "out"), [tuple(a.numpy() for a in c) for c in cases], name == EAGER)
-    with open(root / "jobs.pkl", "wb") as f:
-        pickle.dump(jobs, f)
-    proc = subprocess.run([sys.executable, str(RUNNER), str(root / "jobs.pkl"), str(root / "res.pkl")],
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    with open(root / "res.pkl", "rb") as f:
-        results = pickle.load(f)
+    results = run_emitted(root, jobs)
     return {name: made[name] if isinstance(made[name], Exception) else made[name] + (results[name],)
             for name in made}
 

@@ -4,17 +4,14 @@ original torch model and with `jm` (which ran those inputs before emitting)."""
 from __future__ import annotations
 
 import importlib
-import pickle
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
+from emit_jobs import run_emitted  # tests/: one torch-free subprocess for every module
 import converted  # tests/: the example conversions this process made already
+from dycl_jax.emit import hosted
 from test_emit import _cases, compare
 
-RUNNER = Path(__file__).with_name("emit_runner.py")
 # (example, inputs): an `.item()` early exit with a numpy fallback, top-1 MoE with `nonzero` and `continue`
 CASES = [("numpy_fallback", 12), ("moe", 8)]
 
@@ -33,14 +30,12 @@ def emitted(tmp_path_factory) -> dict:
         jm.emit(str(root / name))
         made[name] = (model, jm, root / name, cases)
         jobs[name] = (str(root / name), [tuple(a.numpy() for a in c) for c in cases], "only")
-    with open(root / "jobs.pkl", "wb") as f:
-        pickle.dump(jobs, f)
-    proc = subprocess.run([sys.executable, str(RUNNER), str(root / "jobs.pkl"), str(root / "res.pkl")],
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    with open(root / "res.pkl", "rb") as f:
-        results = pickle.load(f)
+    results = run_emitted(root, jobs)
     return {name: made[name] + (results[name],) for name in made}
+
+
+def _captured_again(*args, **kwargs):
+    raise AssertionError("emitting captured a region signature the host had captured already")
 
 
 @pytest.mark.parametrize("name", [name for name, _ in CASES])
@@ -48,7 +43,9 @@ def test_emitted_dispatch_module_matches_torch_and_jm(name: str, emitted: dict) 
     model, jm, out, cases, (status, outs) = emitted[name]
     assert status == "ok", f"{name}: the emitted module failed without torch:\n{outs}"
     text = (out / "model.py").read_text()
-    assert text == jm.to_source()
+    with pytest.MonkeyPatch.context() as patch:  # written from the host's own captures: none made again
+        patch.setattr(hosted, "capture_call", _captured_again)
+        assert text == jm.to_source()
     imports = {ln.split()[1].split(".")[0] for ln in text.splitlines() if ln.startswith(("import ", "from "))}
     assert imports <= {"os", "jax", "numpy", "safetensors", "flax"}, imports
     assert "@nnx.jit" in text and f"# {name}.py:" in text  # jitted regions; control flow located in the user's file

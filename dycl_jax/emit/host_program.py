@@ -45,6 +45,16 @@ class HostProgram:
     def statement_name(fn: str, unit: str) -> str:
         return f"{fn}__{unit[len('_dycl_'):]}"
 
+    def units(self, spec: RegionSpec, fname: str) -> list:
+        """The region's statement functions, compiled from the rewrite's code (torch code run by the
+        host and captured again at export and emission)."""
+        from dycl_jax.rewrite import operators  # (the statements call `_dycl_ops`)
+        namespace = {**self.namespaces[fname], "_dycl_ops": operators}
+        for st in spec.statements:
+            tree = ast.Module([copy.deepcopy(self.statements[self.statement_name(fname, st.fn)])], [])
+            exec(compile(tree, spec.file, "exec"), namespace)
+        return [namespace[st.fn] for st in spec.statements]
+
     def module_text(self, used: set[str]) -> str:
         """The module: imports and constants it reads, the host functions, the statement functions in `used`."""
         lines = ['"""Host program of a converted model (dispatch host), emitted by dycl_jax: '

@@ -97,34 +97,14 @@ class HostedEmitter:
 
     # ------------------------------------------------------------ reading the host
 
-    def example(self, key: Any) -> Any:
-        """A value of a signature leaf for capture: zeros for an array (as torch holds it), else the value."""
-        if isinstance(key, tuple) and len(key) == 2 and isinstance(key[0], tuple):
-            dtype = np.dtype(key[1])
-            return torch.zeros(key[0], dtype=torch.int64 if dtype == np.int32 else torch.from_numpy(
-                np.zeros((), dtype)).dtype)
-        kind, value = key
-        if kind == "id":
-            return self.by_id[value]
-        if kind is Undefined:
-            return Undefined(value)
-        return float.fromhex(value) if kind is float else value
-
-    def units(self, spec: Any, fname: str) -> list:
-        from dycl_jax.rewrite import operators
-        namespace = {**self.program.namespaces[fname], "_dycl_ops": operators}
-        for st in spec.statements:
-            tree = ast.Module([copy.deepcopy(self.program.statements[HostProgram.statement_name(fname, st.fn)])], [])
-            exec(compile(tree, spec.file, "exec"), namespace)
-        return [namespace[st.fn] for st in spec.statements]
-
-    def signatures(self, part: Part) -> list[tuple]:
+    def signatures(self, part: Part) -> list[tuple[tuple, Any]]:
+        """(signature, what the host holds for it) per signature the part ran."""
         keys = []
         for key, entry in part.cache.items():
             if key[0] == "variant":  # a program over symbolic ints: the signatures it served, ints as constants
-                keys += [k for k in part.served.get(id(entry), ())]
+                keys += [(k, entry) for k in part.served.get(id(entry), ())]
             else:
-                keys.append(key)
+                keys.append((key, entry))
         return keys
 
     # ------------------------------------------------------------ regions
@@ -176,13 +156,14 @@ class HostedEmitter:
 
     def numpy_part(self, rid: int, k: int, spec: Any, part: Part, fname: str) -> list[str]:
         """A host statement with data-dependent shapes: numpy code per signature, chosen by its Python values."""
-        units = list(zip(self.units(spec, fname)[part.first:part.stop], spec.statements[part.first:part.stop]))
+        units = list(zip(self.program.units(spec, fname)[part.first:part.stop],
+                         spec.statements[part.first:part.stop]))
         texts: dict[str, list] = {}
         arrays_of: list[str] | None = None
         base = f"{_ident(spec)}_{k}" if k else _ident(spec)
         self.emitted.update({base, base.upper()})
-        for tree, leaves, _grad, _same in self.signatures(part):
-            vals = [self.example(key) for key in leaves]
+        for (tree, leaves, _grad, _same), _ in self.signatures(part):
+            vals = [values.placeholder(key, self.by_id) for key in leaves]
             index = [i for i, v in enumerate(vals) if isinstance(v, torch.Tensor)]
 
             def run(*tensors: torch.Tensor, vals: list = vals, index: list = index, tree: Any = tree) -> tuple:
@@ -226,16 +207,21 @@ class HostedEmitter:
         return [f"{targets} = {base.upper()}[{pick}]({', '.join(arrays_of or [])})"]
 
     def compiled_part(self, rid: int, k: int, spec: Any, part: Part, fname: str) -> list[str]:
-        """Captured again at every signature it ran (static shapes); written once the program is known."""
+        """The graph of every signature it ran (static shapes); written once the program is known.
+        A signature the host captured with static shapes and ints is written from the host's own
+        capture; one its program serves with symbolic ints is captured again with them constant."""
         path = self.paths[fname]
-        fns = self.units(spec, fname)
-        for tree, leaves, _grad, same in self.signatures(part):
+        fns = None
+        for (tree, leaves, _grad, same), entry in self.signatures(part):
             if same:
                 raise _refuse(spec, part, "takes one tensor under two names, which the emitted method does not keep")
-            vals = [self.example(key) for key in leaves]
+            vals = [values.placeholder(key, self.by_id) for key in leaves]
             torch_args = tuple(jax.tree_util.tree_unflatten(tree, vals))
-            cap = exclusive(capture_call)(self.host.root, self.host._body(spec, part, fns), torch_args,
-                                          self.host._capture_context, leaf_view=values.open_closures)
+            cap = entry.captured if isinstance(entry, Compiled) else None
+            if cap is None:
+                fns = fns or self.program.units(spec, fname)
+                cap = exclusive(capture_call)(self.host.root, self.host._body(spec, part, fns), torch_args,
+                                              self.host._capture_context, leaf_view=values.open_closures)
             leaf_text = _leaf_texts(part.ins, tree, vals)
             held = {self.modules[id(v)]: leaf_text[i] for i, v in enumerate(vals)
                     if isinstance(v, torch.nn.Module) and self.modules[id(v)] != path}

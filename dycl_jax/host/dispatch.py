@@ -133,6 +133,10 @@ class Compiled:
     guard: Callable[[Sequence[Any]], bool] | None = None  # with symbolic int inputs: whether it holds for leaves
     computed: list[int_inputs.IntResult] = field(default_factory=list)  # ints the host computes from the call's
     symbolic: tuple[int, ...] = ()  # int leaves the program takes as (weakly typed) scalar inputs
+    # the eval-mode capture at this signature with static shapes and ints, kept so that emit/hosted.py
+    # writes its source without capturing again (one fx graph per signature; the lowered program holds
+    # the first of each fingerprint anyway); None for symbolic ints and train mode
+    captured: Any = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         # the per-call gathers run in C (itemgetter): islands take every parameter they read
@@ -582,6 +586,8 @@ class DispatchHost:
             part.static_ints[tree] = part.static_ints.get(tree, frozenset()) | (cap.ints.static - cap.ints.specialised)
             symbolic = symbolic - cap.ints.static
         entry = self._compile(spec, cap, leaves)
+        if cap.ints is None and not self.train:
+            entry.captured = cap
         self.io_names.setdefault(id(entry.fn), (_leaf_names(part.ins, tree, entry.tensor_leaves), list(part.outs)))
         outs, new_attrs = entry.run(self._state, leaves)
         jax.block_until_ready(jax.tree_util.tree_leaves(outs))

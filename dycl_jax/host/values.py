@@ -36,6 +36,22 @@ def same_arrays(leaves: list) -> tuple[tuple[int, int], ...]:
     return tuple(pairs)
 
 
+def placeholder(key: Any, modules: dict[int, torch.nn.Module]) -> Any:
+    """A value standing for a signature leaf (`leaf_key`) when a part is captured again: zeros
+    for an array, as torch holds it (an int32 array is torch int64, as `to_torch` gives it), the
+    module of that id (`modules`), else the value the key holds."""
+    if isinstance(key, tuple) and len(key) == 2 and isinstance(key[0], tuple):
+        dtype = np.dtype(key[1])
+        return torch.zeros(key[0], dtype=torch.int64 if dtype == np.int32 else torch.from_numpy(
+            np.zeros((), dtype)).dtype)
+    kind, value = key
+    if kind == "id":
+        return modules[value]
+    if kind is Undefined:
+        return Undefined(value)
+    return float.fromhex(value) if kind is float else value
+
+
 def leaf_key(v: Any) -> Any:
     """What a compiled region specialises on: shape and dtype of arrays, value of Python values."""
     t = type(v)  # exact types first: isinstance against jax.Array's ABC costs about 1 µs

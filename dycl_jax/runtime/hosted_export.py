@@ -5,8 +5,6 @@ plain-Python statements as code, and a manifest `runtime/hosted.py` loads; what 
 cannot serve for unseen inputs is warned about (or refused, `strict`) at export."""
 from __future__ import annotations
 
-import ast
-import copy
 import json
 import math
 import os
@@ -280,15 +278,7 @@ class _Writer:
 
     def units(self, spec: Any, fname: str) -> list:
         """The region's statement functions, compiled from the rewrite's code (torch code)."""
-        from dycl_jax.rewrite import operators
-        namespace = {**self.program.namespaces[fname], "_dycl_ops": operators}
-        fns = []
-        for st in spec.statements:
-            emitted = self.program.statement_name(fname, st.fn)
-            exec(compile(ast.Module([copy.deepcopy(self.program.statements[emitted])], []), spec.file, "exec"),
-                 namespace)
-            fns.append(namespace[st.fn])
-        return fns
+        return self.program.units(spec, fname)
 
     def numpy_part(self, spec: Any, rid: int, k: int, part: Part, fname: str, where: Location) -> list[dict]:
         """A host statement computing data-dependent shapes: numpy code per signature (emit/host_ops.py)."""
@@ -321,18 +311,7 @@ class _Writer:
 
     def example(self, key: Any) -> Any:
         """A placeholder value of a signature leaf: zeros for an array (as torch holds it), else the value."""
-        if isinstance(key, tuple) and len(key) == 2 and isinstance(key[0], tuple):
-            dtype = np.dtype(key[1])
-            return torch.zeros(key[0], dtype=torch.int64 if dtype == np.int32 else torch.from_numpy(
-                np.zeros((), dtype)).dtype)
-        kind, value = key
-        if kind == "id":
-            return self.by_id[value]
-        if kind is Undefined:
-            return Undefined(value)
-        if kind is float:
-            return float.fromhex(value)
-        return value
+        return values.placeholder(key, self.by_id)
 
     def entry(self, rid: int, k: int, n: int, tree: Any, leaves: tuple, entry: Compiled, where: Location,
               keys: list | None = None) -> dict:
