@@ -32,7 +32,6 @@ from dycl_jax.errors import AliasedUpdateError, CallError, DyclError, InputMutat
 from dycl_jax.host import jax_ops, training, values
 from dycl_jax.host.attributes import DynamicAttributes
 from dycl_jax.host.module_state import ModuleState
-from dycl_jax.host.values import leaf_key
 from dycl_jax.capture.fingerprint import graph_fingerprint
 from dycl_jax.lower.int_ranges import int64_verdict, int_scope
 from dycl_jax.lower.interpreter import LoweredGraph
@@ -414,12 +413,7 @@ class DispatchHost:
 
     def _run_part_once(self, st: RegionState, part: Part, fns: Sequence[Callable], vals: tuple) -> tuple:
         attrs = self.attrs.read() if self.attrs.slots else None
-        leaves, tree = jax.tree_util.tree_flatten((vals, attrs))
-        if values.has_closures(leaves):  # what nested functions close over becomes region input
-            leaves, tree = jax.tree_util.tree_flatten(jax.tree_util.tree_map(values.open_closures, (vals, attrs)))
-        if values.has_tensors(leaves):
-            leaves = [values.to_jax(v) if isinstance(v, torch.Tensor) else v for v in leaves]
-        key = (tree, tuple(map(leaf_key, leaves)), torch.is_grad_enabled(), values.same_arrays(leaves))
+        leaves, tree, key = values.call_key(vals, attrs)
         entry = part.cache.get(key)
         if entry is None and part.symbolic:
             symbolic = part.symbolic.get(tree)

@@ -86,6 +86,45 @@ def leaf_key(v: Any) -> Any:
     return (t, v)
 
 
+def call_key(vals: tuple, attrs: tuple | None) -> tuple[list, Any, tuple]:
+    """(leaves, tree, signature key) of a part's inputs `vals` and module attribute values
+    `attrs`: key = (tree, leaf keys, grad mode, aliased array leaves). Tensors among the leaves
+    become JAX arrays and nested functions with closures open into their values (Closure)."""
+    if attrs is None:
+        # the usual call: every input one pytree leaf of a type seen before (arrays, modules,
+        # ints): no flattening, and the types decide which leaves are arrays
+        kinds = _FLAT.get(tuple(map(type, vals)), False)
+        if kinds is False:
+            kinds = _flat_kinds(vals)
+        if kinds is not None:
+            tree, arrays = kinds
+            leaves = list(vals)
+            keys = tuple([leaf_key(v) for v in leaves])
+            same = same_arrays(leaves) if arrays > 1 else ()
+            return leaves, tree, (tree, keys, torch.is_grad_enabled(), same)
+    leaves, tree = jax.tree_util.tree_flatten((vals, attrs))
+    if has_closures(leaves):  # what nested functions close over becomes region input
+        leaves, tree = jax.tree_util.tree_flatten(jax.tree_util.tree_map(open_closures, (vals, attrs)))
+    if has_tensors(leaves):
+        leaves = [to_jax(v) if isinstance(v, torch.Tensor) else v for v in leaves]
+    return leaves, tree, (tree, tuple(map(leaf_key, leaves)), torch.is_grad_enabled(), same_arrays(leaves))
+
+
+# per tuple of input types: None where the general path must run (a container, None, a tensor,
+# a function), else the tree of `(vals, None)` and how many leaves are arrays. (Pytree nodes are
+# registered by type; a type registered only after its first use here would stay a leaf.)
+_FLAT: dict[tuple[type, ...], tuple[Any, int] | None] = {}
+
+
+def _flat_kinds(vals: tuple) -> tuple[Any, int] | None:
+    types_ = tuple(map(type, vals))
+    flat = all(not issubclass(t, (torch.Tensor, types.FunctionType)) for t in types_) \
+        and jax.tree_util.all_leaves(vals)
+    kinds = _FLAT[types_] = (jax.tree_util.tree_structure((vals, None)),
+                             sum(issubclass(t, ARRAYS) for t in types_)) if flat else None
+    return kinds
+
+
 def symbolic_key(key: tuple, leaves: list, symbolic: frozenset[int]) -> tuple:
     """`key` (tree, leaf keys, grad mode, aliased leaves) without the values of the int leaves in
     `symbolic` (those a program takes as symbolic inputs; one out of int32's non-negative range
