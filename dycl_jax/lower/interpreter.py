@@ -222,11 +222,11 @@ class LoweredGraph:
             try:
                 out = step.fn(*args, **kwargs)
             except DyclError as exc:
-                kind = type(exc)
-                if kind is DataDependentError and not _reads_unbacked(node):
-                    kind = DyclError  # the traced bound is a symbolic Python int, which can be made a constant
-                if exc.location is None or kind is not type(exc):  # lowerings know the op, we know the line
-                    raise kind(exc.message, location=exc.location or node_location(node), fix=exc.fix) from exc
+                if isinstance(exc, DataDependentError) and not _reads_unbacked(node):
+                    # the traced bound is a symbolic Python int (the host may make it a constant), not data
+                    raise DyclError(exc.message, location=exc.location or node_location(node), fix=exc.fix) from None
+                if exc.location is None:  # lowerings know the op, the interpreter knows the line
+                    raise type(exc)(exc.message, location=node_location(node), fix=exc.fix) from exc
                 raise
             except Exception as exc:  # re-raise with the node and the user's line, as torch.fx does
                 raise DyclError(
