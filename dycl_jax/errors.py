@@ -36,6 +36,15 @@ class UnsupportedOpError(DyclError):
     """An ATen operator with no JAX lowering."""
 
 
+class UnsupportedDtypeError(DyclError):
+    """A torch dtype JAX has no equivalent for (complex32): neither host can hold such a value."""
+
+
+class DataDependentError(DyclError):
+    """A size or slice bound comes from tensor values (`.item()`, a tensor of split points): one
+    XLA program cannot hold the shape it decides; the dispatch host runs the statement."""
+
+
 class RegistryError(DyclError):
     """A lowering registered twice, or registered for something that is not an ATen overload."""
 
@@ -76,18 +85,25 @@ class ExportCoverageWarning(UserWarning):
 INTERNAL_TYPES = (NameError, KeyError, AssertionError, AttributeError, IndexError, UnboundLocalError)
 
 
+def exception_chain(exc: BaseException | None) -> list[BaseException]:
+    """`exc` and the exceptions it chains, outermost first, as Python's traceback shows them: an
+    exception raised `from None` hides its context (a KeyError turned into a DyclError is not
+    an internal KeyError), and the chain stops there."""
+    out: list[BaseException] = []
+    while exc is not None and exc not in out:
+        out.append(exc)
+        exc = exc.__cause__ or (None if exc.__suppress_context__ else exc.__context__)
+    return out
+
+
 def raised_by_us(exc: BaseException) -> bool:
     """Whether `exc` (or an exception it chains) is one of INTERNAL_TYPES raised inside dycl_jax's
     own code, rather than in torch, JAX or the user's program."""
-    seen: list[BaseException] = []
-    e: BaseException | None = exc
-    while e is not None and e not in seen:
-        seen.append(e)
+    for e in exception_chain(exc):
         if isinstance(e, INTERNAL_TYPES) and e.__traceback__ is not None:
             tb = e.__traceback__
             while tb.tb_next is not None:
                 tb = tb.tb_next
             if "/dycl_jax/" in tb.tb_frame.f_code.co_filename:
                 return True
-        e = e.__cause__ or e.__context__
     return False

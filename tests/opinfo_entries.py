@@ -113,6 +113,12 @@ REGRESSION_SAMPLES: dict[tuple[str, str, str], tuple[int, ...]] = {
     ("log_softmax", "", "float16"): (6,),  # a 0-d input
     ("nn.functional.group_norm", "", "bfloat16"): (12,),  # an empty batch
     ("nn.functional.embedding_bag", "", "bfloat16"): (1,),  # weighted sum: torch accumulates in float32
+    # integer results from float bounds: torch's kernel truncates the bounds first
+    ("linspace", "", "int32"): (32,),
+    ("linspace", "", "int64"): (44,),
+    ("arange", "", "int32"): (14, 15),
+    ("arange", "", "int64"): (10, 22),  # its length from the truncated bounds
+    ("arange", "", "float32"): (6,),  # bool bounds
     # the one sample without running statistics (REGRESSION_ONLY)
     ("nn.functional.instance_norm", "", "float32"): (8,),
     ("nn.functional.instance_norm", "", "float16"): (8,),

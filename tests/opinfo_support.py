@@ -108,11 +108,17 @@ class OpModule(torch.nn.Module):
         self.tensor_index = [i for i, v in enumerate(leaves) if isinstance(v, torch.Tensor)]
 
     def forward(self, *tensors: torch.Tensor) -> Any:
+        # two statements: where the op needs the dispatch host (split points from tensor data),
+        # it captures few regions (one export each) before the op runs on the host
+        inp, args, kwargs = self.arguments(tensors)
+        return self.op(inp, *args, **kwargs)  # the dispatch host names this line if the op ran in torch
+
+    def arguments(self, tensors: tuple[torch.Tensor, ...]) -> Any:
+        """(input, args, kwargs) of the sample, with `tensors` in place of its tensors."""
         leaves = list(self.leaves)
         for i, t in zip(self.tensor_index, tensors):
             leaves[i] = t
-        inp, args, kwargs = pytree.tree_unflatten(leaves, self.spec)
-        return self.op(inp, *args, **kwargs)  # the dispatch host names this line if the op ran in torch
+        return pytree.tree_unflatten(leaves, self.spec)
 
 
 _OP_CALL = "self.op(inp, *args, **kwargs)"

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import dycl_jax
+from dycl_jax.errors import UnsupportedDtypeError
 
 
 class Small(torch.nn.Module):
@@ -125,3 +126,23 @@ def test_integer_pow_scaled_products_and_half_dist_match_torch():
         np.testing.assert_array_equal(np.asarray(got), want.numpy())
     assert str(np.asarray(dist).dtype) == "float16"
     np.testing.assert_allclose(np.asarray(dist, np.float32), want_dist.float().numpy(), rtol=2e-3)
+
+
+class HalfComplex(torch.nn.Module):
+    """float16 parts make torch.complex32, which JAX has no dtype for."""
+
+    def forward(self, re, im):
+        scale = re.abs().amax() + 1
+        z = torch.complex(re / scale, im)  # complex32
+        return torch.view_as_real(z * z).float()
+
+
+def test_complex32_is_refused_at_the_line_that_makes_it():
+    re, im = torch.randn(3, 2, dtype=torch.float16), torch.randn(3, 2, dtype=torch.float16)
+    line = next(i for i, text in enumerate(open(__file__).read().splitlines(), 1) if "# complex32" in text)
+    # auto: the staged program is refused, then the dispatch host refuses too (it cannot hold
+    # the value either), at the same line: not a message about the host's values
+    with pytest.raises(UnsupportedDtypeError, match="JAX has no complex32 dtype") as refusal:
+        dycl_jax.to_jax(HalfComplex(), (re, im))
+    assert refusal.value.location is not None and refusal.value.location.line == line, refusal.value
+    assert refusal.value.location.file == __file__ and "float32" in (refusal.value.fix or "")

@@ -108,3 +108,28 @@ def test_unknown_host(model):
     with pytest.raises(DyclError, match=re.escape("unknown host 'fast'")) as info:
         dycl_jax.to_jax(model, (torch.randn(2, 4),), host="fast")
     assert "staged" in (info.value.fix or "")
+
+
+def test_an_error_raised_from_none_does_not_chain_its_hidden_context():
+    """A KeyError that dycl_jax turns into a DyclError `from None` is not an internal error of
+    whatever is raised later while the DyclError is handled (the OpInfo harness converts each
+    sample again inside the handler of its batch's failure)."""
+    from dycl_jax.errors import exception_chain, raised_by_us
+
+    try:
+        try:
+            {}["dtype"]
+        except KeyError:
+            raise DyclError("refused") from None
+    except DyclError as refusal:
+        assert exception_chain(refusal) == [refusal]
+        try:
+            raise ValueError("raised while handling it")
+        except ValueError as later:
+            assert exception_chain(later) == [later, refusal]
+    own = KeyError("x")
+    try:
+        raise own
+    except KeyError:
+        pass
+    assert not raised_by_us(own)  # raised in this test file, not in dycl_jax

@@ -477,3 +477,26 @@ def test_wide_selection_names_real_entries_and_excludes_only_stated_classes() ->
     assert {k for k, c in classes.items() if k not in measured} <= RANDOM | CUDA_ONLY
     assert ("nn.functional.grid_sample", "") in measured and ("linalg.svd", "") in measured
     assert ("special.i0e", "") not in measured and ("bernoulli", "") not in measured
+
+
+def test_singular_matrices_give_torch_unchecked_values_and_info() -> None:
+    """linalg.inv/solve/lu_factor of a singular matrix: no XLA program can raise as torch does, so
+    the converted program returns the values of torch's unchecked `_ex` kernels (inf/NaN) and
+    their `info` (the 1-based index of the first zero pivot), which the `_ex` forms expose."""
+    a = torch.tensor([[[1.0, 2.0], [2.0, 4.0]], [[2.0, 0.0], [0.0, 3.0]], [[0.0, 0.0], [0.0, 1.0]]])
+    b = torch.ones(3, 2, 1)
+
+    def unchecked(a, b):
+        inv, inv_info = torch.linalg.inv_ex(a)
+        _, solve_info = torch.linalg.solve_ex(a, b)
+        *_, lu_info = torch.linalg.lu_factor_ex(a)
+        return inv, inv_info, solve_info, lu_info
+
+    jm = dycl_jax.to_jax(Fn(lambda a, b: (*unchecked(a, b), torch.linalg.inv(a))), (a, b))
+    want, got = unchecked(a, b), [np.asarray(g) for g in jm(a, b)]
+    assert want[1].tolist() == [2, 0, 1]
+    for w, g in zip(want[1:], got[1:4]):
+        np.testing.assert_array_equal(g, w.numpy())
+    for inv in (got[0], got[4]):  # torch.linalg.inv raises on element 0; its unchecked values here
+        np.testing.assert_allclose(inv[1:], want[0][1:].numpy(), rtol=1e-6)
+        assert not np.isfinite(inv[0]).all() and not np.isfinite(want[0][0].numpy()).all()

@@ -122,6 +122,10 @@ def _core_aten_table() -> dict:
     # `alias`, which would make a straight-through estimator's gradient zero under jax.grad
     table = torch.export.default_decompositions()
     table.pop(torch.ops.aten.detach.default, None)
+    # torch's decomposition of an integer `linspace` steps from the unrounded float bounds, where
+    # its kernel (which lower/ops/creation.py replays) truncates them first: 4.3..-3 starts 4, 4, 4
+    # instead of 4, 3, 3
+    table.pop(torch.ops.aten.linspace.default, None)
     table.update(UNCHECKED)  # no effect tokens for torch's linalg error checks (checked_linalg.py)
     return table
 

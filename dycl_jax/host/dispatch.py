@@ -527,11 +527,14 @@ class DispatchHost:
             except Exception as exc:  # noqa: BLE001  (classified below; our own bugs are re-raised)
                 if isinstance(exc, (AliasedUpdateError, InputMutationError)):
                     raise  # its host version could not keep the update either
-                if symbolic:  # a lowering may need one of the ints as a value: try again with them constant
+                # a lowering may need one of the ints as a value: try again with them constant (no help
+                # where the shape comes from tensor data: that export would fail the same way)
+                if symbolic and not values.data_dependent(exc):
                     part.static_ints[tree] = part.static_ints.get(tree, frozenset()) | symbolic
                     symbolic = frozenset()
                     continue
-                if spec.kind == "island":  # whatever stops it from staging, its host version is exact
+                # whatever stops an island from staging, its host version is exact (save a dtype JAX lacks)
+                if spec.kind == "island" and not values.unholdable(exc):
                     part.host_reason = values.describe_failure(exc)
                     raise _IslandFailed() from exc
                 values.reraise_if_internal(exc)

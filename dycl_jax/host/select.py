@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import traceback
 
-from dycl_jax.errors import CaptureError, DyclError, Location
+from dycl_jax.errors import CaptureError, DyclError, Location, exception_chain
 from dycl_jax.source import origins
 
 HOSTS = ("auto", "staged", "dispatch")
@@ -16,18 +16,10 @@ _OWN = (f"{os.sep}dycl_jax{os.sep}", f"{os.sep}torch{os.sep}", f"{os.sep}jax{os.
         f"{os.sep}functools.py", "<frozen", "<eval_with_key>", "site-packages", "dist-packages")
 
 
-def _chain(exc: BaseException) -> list[BaseException]:
-    out: list[BaseException] = []
-    while exc is not None and exc not in out:
-        out.append(exc)
-        exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
-    return out
-
-
 def user_location(exc: BaseException) -> Location | None:
     """The innermost frame of the user's code (or of its rewritten version) in the traceback."""
     best: Location | None = None
-    for e in _chain(exc):
+    for e in exception_chain(exc):
         for frame in traceback.extract_tb(e.__traceback__):
             if frame.filename.startswith("<dycl-rewrite"):
                 loc = origins.resolve(frame.filename, frame.lineno or 0)
@@ -46,7 +38,7 @@ def dispatch_reason(exc: DyclError) -> str:
 
 def _summary(exc: DyclError) -> str:
     text = " ".join(str(exc.message if hasattr(exc, "message") else exc).split())
-    root = _chain(exc)[-1]
+    root = exception_chain(exc)[-1]
     if isinstance(exc, CaptureError) and any(k in f"{type(root).__name__} {root}" for k in _DATA_DEPENDENT):
         return ("a tensor's value decides a shape or a Python value here (data-dependent), which one "
                 "XLA program cannot hold")

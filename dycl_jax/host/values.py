@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import torch
 
-from dycl_jax.errors import UnsupportedOpError, raised_by_us
+from dycl_jax.errors import DataDependentError, UnsupportedDtypeError, UnsupportedOpError, exception_chain, raised_by_us
 from dycl_jax.lower.dtypes import INT32_MAX, INT32_MIN, tensor_to_numpy
 from dycl_jax.rewrite.plan import Undefined
 
@@ -246,28 +246,36 @@ def tree_to_torch(tree: Any) -> Any:
 
 # ---------------------------------------------------------------- why a region did not compile
 
-def _chain(exc: BaseException) -> list[BaseException]:
-    out: list[BaseException] = []
-    while exc is not None and exc not in out:
-        out.append(exc)
-        exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
-    return out
-
-
 def reraise_if_internal(exc: BaseException) -> None:
     """Our own bugs (a NameError raised inside dycl_jax) must surface, never become a fallback;
-    so must a missing lowering, which the user should hear about rather than run in torch."""
-    for e in _chain(exc):
-        if isinstance(e, UnsupportedOpError):
+    so must a missing lowering, which the user should hear about rather than run in torch, and a
+    dtype JAX lacks, which the host could not hold either."""
+    for e in exception_chain(exc):
+        if isinstance(e, (UnsupportedOpError, UnsupportedDtypeError)):
             raise e
     if raised_by_us(exc):
         raise exc
 
 
+def unholdable(exc: BaseException) -> bool:
+    """Whether the failure is a dtype JAX lacks: no host version can hold its values either."""
+    return any(isinstance(e, UnsupportedDtypeError) for e in exception_chain(exc))
+
+
+# torch.export's exceptions for a guard or an output on a value computed from tensor data
+_UNBACKED = ("GuardOnDataDependentSymNode", "DataDependentOutputException", "PendingUnbackedSymbolNotFound")
+
+
+def data_dependent(exc: BaseException) -> bool:
+    """Whether the failure is a shape or Python value decided by tensor data: its symbols are
+    torch's unbacked ones, so exporting the part's Python ints as constants cannot remove it."""
+    return any(isinstance(e, DataDependentError) or type(e).__name__ in _UNBACKED for e in exception_chain(exc))
+
+
 def describe_failure(exc: BaseException, limit: int = 300) -> str:
     """One line: the innermost informative cause, in our words where it is torch.export's
     data-dependent guard (its own text is a page of advice about torch internals)."""
-    root = _chain(exc)[-1]
+    root = exception_chain(exc)[-1]
     text = " ".join(str(root).split())
     guard = _GUARD.search(text)
     if guard is not None:
@@ -282,7 +290,7 @@ _GUARD = re.compile(r"Could not guard on data-dependent expression (.+?) \(unhin
 def failing_statement(exc: BaseException, fns: Sequence[Any]) -> int | None:
     """Index of the statement function whose frame is in the traceback (outermost first)."""
     codes = {fn.__code__: i for i, fn in enumerate(fns)}
-    for e in _chain(exc):
+    for e in exception_chain(exc):
         tb = e.__traceback__
         while tb is not None:
             i = codes.get(tb.tb_frame.f_code)

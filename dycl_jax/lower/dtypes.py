@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import torch
 
-from dycl_jax.errors import DyclError
+from dycl_jax.errors import DyclError, UnsupportedDtypeError
 
 # Policy: torch int64 becomes int32 and float64 becomes float32, unless the program may hold
 # an int64 value outside int32 or computes in float64 (lower/int_ranges.py decides): such a
@@ -37,10 +37,15 @@ def to_jax_dtype(dtype: torch.dtype | None) -> jnp.dtype | None:
         return None
     if dtype in (torch.int64, torch.float64) and wide_ints():
         return jnp.dtype(jnp.int64 if dtype == torch.int64 else jnp.float64)
-    try:
+    if dtype in _TO_JAX:
         return jnp.dtype(_TO_JAX[dtype])
-    except KeyError:
-        raise DyclError(f"torch dtype {dtype} has no JAX equivalent in dycl_jax") from None
+    if dtype == torch.complex32:
+        raise UnsupportedDtypeError(
+            "this makes a torch.complex32 tensor (complex numbers of float16 parts: `.chalf()`, or torch.complex "
+            "and view_as_complex of float16 tensors); JAX has no complex32 dtype (its smallest complex type is "
+            "complex64)", fix="build the complex value from float32 parts (`.float()` on them first), "
+            "which gives complex64")
+    raise UnsupportedDtypeError(f"torch dtype {dtype} has no JAX equivalent in dycl_jax")
 
 
 def wide_ints() -> bool:
@@ -72,10 +77,11 @@ def check_int32(value: int, what: str = "integer constant") -> int:
 def tensor_to_numpy(t: torch.Tensor, what: str = "tensor constant") -> np.ndarray:
     """A torch tensor as a numpy array in the dtype dycl_jax uses for it, checking int64 range."""
     t = t.detach().cpu()
+    dtype = to_jax_dtype(t.dtype)  # first: a dtype JAX lacks is refused before numpy is asked
     if t.dtype == torch.bfloat16:
         return t.float().numpy().astype(jnp.bfloat16)
     arr = t.resolve_conj().resolve_neg().numpy() if t.is_complex() else t.numpy()
     if t.dtype == torch.int64 and arr.size and not wide_ints():
         lo, hi = int(arr.min()), int(arr.max())
         check_int32(lo if lo < INT32_MIN else hi, what)
-    return arr.astype(to_jax_dtype(t.dtype))
+    return arr.astype(dtype)

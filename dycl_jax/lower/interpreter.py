@@ -10,8 +10,9 @@ import jax
 import jax.numpy as jnp
 import torch
 import torch.fx
+from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
-from dycl_jax.errors import DyclError, Location
+from dycl_jax.errors import DataDependentError, DyclError, Location, UnsupportedDtypeError
 from dycl_jax.source import origins
 from dycl_jax.lower.loop_bounds import static_trip_bound
 from dycl_jax.lower.margins import output_margins
@@ -107,6 +108,23 @@ def _meta_dtype(val: Any) -> Any:
     return None
 
 
+def _reads_unbacked(node: torch.fx.Node) -> bool:
+    """Whether an input of the node holds an unbacked symbol: a value torch.export read from
+    tensor data (`.item()`, `.tolist()`, `nonzero`'s length)."""
+    vals = [a.meta.get("val") for a in node.all_input_nodes]
+    return any(free_unbacked_symbols(v) for v in vals if v is not None)
+
+
+def _located_dtype(node: torch.fx.Node) -> Any:
+    """_meta_dtype of the node's result; a dtype JAX lacks is refused at the user's line that made it."""
+    try:
+        return _meta_dtype(node.meta.get("val"))
+    except UnsupportedDtypeError as exc:
+        if exc.location is not None:
+            raise
+        raise UnsupportedDtypeError(exc.message, location=node_location(node), fix=exc.fix) from None
+
+
 def _cast_like(out: Any, dtype: Any) -> Any:
     # torch's type promotion differs from JAX's (e.g. f16 tensor + f32 0-d tensor stays f16 in
     # torch); casting every result to the dtype torch recorded keeps the two in step.
@@ -154,7 +172,7 @@ class LoweredGraph:
                 fn = lookup(node.target, node_location(node))
                 site = node_site(node) if isinstance(node.target, torch._ops.HigherOrderOperator) else None
                 bound = static_trip_bound(node, gm) if node.target is torch.ops.higher_order.while_loop else None
-                lg.steps.append(_Step(node, fn, _meta_dtype(node.meta.get("val")), site, bound))
+                lg.steps.append(_Step(node, fn, _located_dtype(node), site, bound))
             elif node.op == "output":
                 lg.output_node = node
             else:
@@ -204,6 +222,9 @@ class LoweredGraph:
             try:
                 out = step.fn(*args, **kwargs)
             except DyclError as exc:
+                if isinstance(exc, DataDependentError) and not _reads_unbacked(node):
+                    # the traced bound is a symbolic Python int (the host may make it a constant), not data
+                    raise DyclError(exc.message, location=exc.location or node_location(node), fix=exc.fix) from None
                 if exc.location is None:  # lowerings know the op, the interpreter knows the line
                     raise type(exc)(exc.message, location=node_location(node), fix=exc.fix) from exc
                 raise

@@ -151,7 +151,9 @@ def zero(x):
 
 # ---------------------------------------------------------------------------- ranges
 def _number(v: Any, op: str) -> Any:
-    if isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool):
+    if isinstance(v, bool):  # a Python bool bound counts as 0 or 1, as in torch
+        return int(v)
+    if isinstance(v, (int, float, np.integer, np.floating)):
         return v
     raise DyclError(
         f"{op} got a bound computed from tensor values ({type(v).__name__}); its length must be "
@@ -160,22 +162,37 @@ def _number(v: Any, op: str) -> Any:
     )
 
 
+def _c_div(a: int, b: int) -> int:
+    """C's integer division (toward zero), as torch's int64 kernel divides."""
+    q = abs(a) // abs(b)
+    return q if (a >= 0) == (b > 0) else -q
+
+
 @register(aten.arange.default, aten.arange.start, aten.arange.start_step)
 def arange(*args, dtype=None, layout=None, device=None, pin_memory=None):
     bounds = [_number(v, "arange") for v in args]
     start, end, step = (0, bounds[0], 1) if len(bounds) == 1 else (*bounds, 1)[:3]
     integral = all(isinstance(v, (int, np.integer)) for v in (start, end, step))
     out_dtype = jdtype(dtype) or (int64() if integral else jnp.float32)
-    n = max(int(np.ceil((end - start) / step)), 0)
-    if integral and jnp.issubdtype(out_dtype, jnp.integer):
-        check_int32(start, "arange start")
-        check_int32(start + step * max(n - 1, 0), "arange end")
-        return start + step * jnp.arange(n, dtype=out_dtype)
-    # torch computes start + i * step in double and rounds once to the output dtype
-    values = start + np.arange(n, dtype=np.float64) * step
-    if jnp.issubdtype(out_dtype, jnp.integer):
-        values = np.trunc(values)
-    return jnp.asarray(values.astype(out_dtype))
+    if not jnp.issubdtype(out_dtype, jnp.integer):
+        # torch computes start + i * step in double and rounds once to the output dtype
+        n = max(int(np.ceil((end - start) / step)), 0)
+        return jnp.asarray((start + np.arange(n, dtype=np.float64) * step).astype(out_dtype))
+    # torch's integer kernel truncates the bounds to int64 first and counts from those; its
+    # length comes from the truncated bounds in int64 arithmetic for an int64 result, from the
+    # unrounded ones in double for the other integer dtypes (arange(-0.9, 2.1, 2.0) is [0, 2])
+    xstart, xend, xstep = (int(np.trunc(v)) for v in (start, end, step))
+    if xstep == 0:
+        raise DyclError("arange's step rounds to 0 in an integer dtype (torch refuses it too)",
+                        fix="give an integer step other than 0")
+    if dtype in (None, torch.int64):
+        sign = (xstep > 0) - (xstep < 0)
+        n = max(_c_div(xend - xstart + xstep - sign, xstep), 0)
+    else:
+        n = max(int(np.ceil((end - start) / step)), 0)
+    check_int32(xstart, "arange start")
+    check_int32(xstart + xstep * max(n - 1, 0), "arange end")
+    return xstart + xstep * jnp.arange(n, dtype=out_dtype)
 
 
 @register(aten.linspace.default)

@@ -12,8 +12,17 @@ from dycl_jax.lower.registry import register
 
 
 def _info(a):
-    """The `info` output of the *_ex overloads: 0 per matrix (a failed factorisation gives NaNs)."""
+    """The `info` output of cholesky_ex: 0 per matrix (a failed factorisation gives NaNs; torch
+    would name the first leading minor that is not positive definite)."""
     return jnp.zeros(a.shape[:-2], jnp.int32)
+
+
+def lu_info(lu):
+    """getrf's `info` per matrix, as torch's *_ex overloads return it: the 1-based index of the
+    first exactly zero pivot of U (the matrix is singular), else 0."""
+    diagonal = jnp.diagonal(lu, axis1=-2, axis2=-1)
+    zero = diagonal == 0
+    return jnp.where(zero.any(-1), jnp.argmax(zero, -1) + 1, 0).astype(jnp.int32)
 
 
 def lu_factor(a):
@@ -93,7 +102,8 @@ def ormqr(a, tau, c, left=True, transpose=False):
 
 @register(aten.linalg_lu_factor_ex.default)
 def linalg_lu_factor_ex(a, *, pivot=True, check_errors=False):
-    return (*lu_factor(a), _info(a))
+    lu, pivots = lu_factor(a)
+    return lu, pivots, lu_info(lu)
 
 
 def _unpack(lu, pivots, m: int, n: int):

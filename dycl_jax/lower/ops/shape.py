@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import torch
 from jax import lax
 
-from dycl_jax.errors import DyclError
+from dycl_jax.errors import DataDependentError, DyclError
 from dycl_jax.lower.ops._util import aten, jdtype, norm_dim, norm_dims
 from dycl_jax.lower.registry import register
 
@@ -18,7 +18,7 @@ def static_int(v: Any, what: str) -> int | None:
     if v is None or isinstance(v, int):
         return v
     if isinstance(v, jax.core.Tracer):
-        raise DyclError(
+        raise DataDependentError(
             f"{what} comes from tensor values (e.g. .item() or a tensor argument), so the output "
             "shape depends on data; a data-dependent shape needs the dispatch host, a single "
             "XLA program cannot hold it",

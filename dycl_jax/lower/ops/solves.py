@@ -6,7 +6,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from dycl_jax.lower.ops._util import aten
-from dycl_jax.lower.ops.decompositions import lu_factor, permutation
+from dycl_jax.lower.ops.decompositions import lu_factor, lu_info, permutation
 from dycl_jax.lower.registry import register
 
 
@@ -88,13 +88,13 @@ def linalg_solve_ex(a, b, *, left=True, check_errors=False):
         x = _lu_solve(lu, pivots, bm, False)
     else:
         x = _h(_lu_solve(lu, pivots, _h(bm), True))
-    info = jnp.zeros(a.shape[:-2], jnp.int32)
-    return (x[..., 0] if vector else x), lu, pivots, info
+    return (x[..., 0] if vector else x), lu, pivots, lu_info(lu)
 
 
 @register(aten.linalg_inv_ex.default)
 def linalg_inv_ex(a, *, check_errors=False):
-    return jnp.linalg.inv(a), jnp.zeros(a.shape[:-2], jnp.int32)
+    # a singular matrix: the values are inf/NaN, as torch's unchecked kernel gives, and `info` says so
+    return jnp.linalg.inv(a), lu_info(lu_factor(a)[0])
 
 
 @register(aten.linalg_pinv.atol_rtol_tensor)
