@@ -5,6 +5,7 @@ what an exported host cannot run without torch is refused at export with a locat
 from __future__ import annotations
 
 import collections
+import functools
 import json
 import math
 import os
@@ -20,7 +21,7 @@ import torch.nn as nn
 
 import dycl_jax
 from dycl_jax.errors import CallError, DecodeBoundError, DyclError, ExportCoverageWarning
-from dycl_jax.rewrite.api import run_torch_trace
+from dycl_jax.rewrite.api import run_dispatch_trace, run_torch_trace
 from examples.dynn import load
 import converted  # tests/: the example conversions this process made already
 from differential import assert_same  # pytest puts tests/ on sys.path
@@ -92,8 +93,8 @@ def artifacts(tmp_path_factory):
         mod = load(name)
         model, args = mod.example()
         jm = dycl_jax.to_jax(model, args)
-        # (captioning: three output lengths, not all seven, to keep the suite's time)
-        chosen = mod.inputs(3) if name == "captioning" else _one_per_path(mod, model, 50)
+        # (captioning: two output lengths before export; the others, max length included, held out)
+        chosen = mod.inputs(2) if name == "captioning" else _one_per_path(mod, model, 50)
         for a in chosen:  # the host compiles each region signature these inputs reach
             jm(*a)
         cases[name] = (model, jm, chosen + held_out(name))
@@ -170,8 +171,16 @@ def test_round_trip_matches_torch_and_jm_on_every_path(artifacts, name) -> None:
 DISPATCH_CASES = ("numpy_fallback", "shape_branch", "captioning", "moe")
 
 
+@functools.lru_cache(maxsize=None)
 def held_out(name: str) -> list[tuple]:
-    """MoE's expert regions take any number of tokens (symbolic sizes): inputs never run before export."""
+    """Inputs never run before export: MoE's expert regions take any number of tokens (symbolic
+    sizes); captioning's decode loop takes any step and its `alphas` list any length: every
+    other caption length, the cutoff at max_len included."""
+    if name == "captioning":
+        mod = load(name)
+        model, _ = mod.example()
+        seen = {mod.path_of(model, a) for a in mod.inputs(2)}
+        return [a for a in _one_per_path(mod, model, 50) if mod.path_of(model, a) not in seen]
     return load(name).inputs(4, seed=7) if name == "moe" else []
 
 
@@ -190,6 +199,9 @@ def test_dispatch_round_trip_matches_torch_and_jm_trace(artifacts, name) -> None
         assert_same(want, traced, f"{name} input {k} (loaded trace vs torch)")
         if k < n_run:  # (jm would compile the held-out signatures first)
             _same_decisions(jm.trace(*args)[1], decisions, f"{name} input {k}")
+        elif name == "captioning":  # the decisions of the dispatch rewrite run in torch (it has no margins)
+            want = run_dispatch_trace(model, "forward", args, jm._fn.failed_islands())[1]
+            assert [tuple(d) for d in want] == [(s, v) for s, v, _ in decisions], f"{name} input {k}"
         else:  # MoE makes no data-dependent decision: none is reported for a held-out input either
             assert decisions == [], decisions
     if name != "moe":  # MoE's `if sel.numel() == 0` is a Python bool: no data-dependent decision
@@ -378,15 +390,45 @@ def test_decode_artifact_serves_step_counts_never_run_before_export(artifacts) -
     assert man["coverage"]["complete"] and WARNED["step_decode"] == []
 
 
+class ReadsHistory(nn.Module):
+    """A decode loop whose body reads its whole history list each step (`sum(outs)`), and a
+    return that indexes it: unlike appending or stacking, neither takes a list of any length."""
+
+    def __init__(self):
+        super().__init__()
+        self.cell = nn.Linear(4, 4)
+
+    def forward(self, x):
+        h = x
+        outs = [x]
+        while True:
+            h = torch.tanh(self.cell(h) + 0.1 * sum(outs))
+            outs.append(h)
+            if h.sum().item() > 1.0 or len(outs) > 6:
+                break
+        return outs[1], h
+
+
 def test_export_warns_where_unseen_inputs_are_not_served(artifacts, tmp_path) -> None:
     cases, manifests, _, _ = artifacts
-    # captioning's loop body takes the growing `alphas` list: one program per length, said at export
-    lines = {u["line"] for u in manifests["captioning"]["coverage"]["uncovered"]}
-    assert {71, 84} <= lines and not manifests["captioning"]["coverage"]["complete"]
-    messages = [str(w) for w in WARNED["captioning"]]  # one warning per artifact, the first site in full
-    assert len(messages) == 1 and messages[0].startswith("captioning.py:71:") and "captioning.py:84" in messages[0]
-    assert "before jm.export" in messages[0] and WARNED["shape_branch"] == []
+    # captioning's `alphas` list goes into its loop body empty and is stacked at the return: served
+    assert manifests["captioning"]["coverage"]["complete"] and WARNED["captioning"] == []
+    body = [p for r in manifests["captioning"]["regions"] for p in r.get("parts", ()) if p.get("appends")]
+    assert body and all(p["appends"] == ["alphas"] for p in body)
+    torch.manual_seed(3)
+    model = ReadsHistory().eval()
+    jm = dycl_jax.to_jax(model, torch.full((1, 4), 0.5))  # 2 steps
+    jm(torch.zeros(1, 4))  # 6 steps: the body's `sum(outs)` takes a list one longer per step
+    assert jm.host == "dispatch"
+    with pytest.warns(ExportCoverageWarning) as caught:
+        man = jm.export(str(tmp_path / "a"))
+    lines = {u["line"] for u in man["coverage"]["uncovered"]}
+    line = ReadsHistory.forward.__code__.co_firstlineno
+    assert line + 4 in lines and not man["coverage"]["complete"], lines  # the body, where `sum(outs)` reads it
+    message = str(caught[0].message)
+    assert f"test_artifact.py:{min(lines)}:" in message and "before jm.export" in message
+    assert WARNED["shape_branch"] == []
     with pytest.raises(DyclError) as info:
-        cases["captioning"][1].export(str(tmp_path / "strict"), strict=True)
-    assert info.value.location.file.endswith("captioning.py") and "strict=False" in info.value.fix
+        jm.export(str(tmp_path / "strict"), strict=True)
+    assert info.value.location.file.endswith("test_artifact.py") and "strict=False" in info.value.fix
     assert not os.path.exists(tmp_path / "strict" / "manifest.json")

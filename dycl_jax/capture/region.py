@@ -146,7 +146,8 @@ def capture_call(root: torch.nn.Module, fn: Callable, args: tuple, context: Call
     """Export `fn(*args)` (tensors in `args` are example inputs) and decompose it.
 
     `same`: pairs (leaf, earlier leaf) of `args` that the user's code holds as one tensor.
-    `dims`: per tensor input, the dimensions exported as `Dim.AUTO` (static shapes if None).
+    `dims`: per tensor input, the dimensions exported as `Dim.AUTO` (static shapes if None);
+    with symbolic ints too, the graph's guards must read only the ints (else `ints.static`).
     `leaf_view`: mapped over `args` before flattening, so that its leaves are the caller's
     (the dispatch host opens nested functions into their closure cells).
     `train`: capture in training mode (capture/train_mode.py): the buffers updated become the
@@ -168,9 +169,10 @@ def capture_call(root: torch.nn.Module, fn: Callable, args: tuple, context: Call
         # (warnings are off here: to_jax warned once already)
         stack.enter_context(training(root) if train else _eval_mode(root))
         if dims is not None:  # one entry, for the wrapper's `*inputs`: per tensor its dynamic dims
-            if dynamic:
-                raise ValueError("symbolic ints and dynamic tensor dims are not captured together")
-            shapes = (tuple({d: torch.export.Dim.AUTO for d in ds} for ds in dims),)
+            per_tensor = iter(dims)  # (symbolic ints in between, in leaf order)
+            shapes = (tuple(torch.export.Dim.AUTO if i in dynamic else {d: torch.export.Dim.AUTO
+                                                                          for d in next(per_tensor)}
+                            for i in wrapper._index),)
         else:
             shapes = int_inputs.export_spec(wrapper._index, dynamic) if dynamic else None
         if dynamic:

@@ -320,13 +320,14 @@ class HostedEmitter:
             # value it baked in: one version each, chosen by the sizes of the arrays and those values
             g0 = next(iter(found.values()))[0]
             ins = [n for n in part.ins if n != "self"]
-            arrays = [n for n in ins if g0.kinds[n] == "array"]
+            # (a list the part only appends to goes in empty on the host: not part of the key)
+            arrays = [n for n in ins if g0.kinds[n] == "array" and n not in part.appends]
             plain = [n for n in ins if g0.kinds[n] == "python"]
             table = {}
             for i, (text, graphs) in enumerate(found.items()):
                 methods.append(text.replace(f"def {name}(", f"def {name}_{i}(", 1))
                 for g in graphs:
-                    if [n for n in ins if g.kinds[n] == "array"] != arrays:
+                    if [n for n in ins if g.kinds[n] == "array" and n not in part.appends] != arrays:
                         raise _refuse(spec, part, "takes arrays under other names at another call")
                     sizes = tuple(tuple(v.shape) for t, v in zip(g.leaf_text, g.vals)
                                   if isinstance(v, torch.Tensor) and t.split("[")[0] in arrays)

@@ -37,6 +37,7 @@ from dycl_jax.lower.int_ranges import int64_verdict, int_scope
 from dycl_jax.lower.interpreter import LoweredGraph
 from dycl_jax.rewrite import lifting
 from dycl_jax.rewrite.api import DispatchPlan, patched
+from dycl_jax.rewrite.appends import appending
 from dycl_jax.rewrite.modes import exclusive, staging
 from dycl_jax.lower.ops.control_flow import recording
 from dycl_jax.rewrite.regions import (NOT_STAGED, AliasChoice, RegionSpec, aliased_at_call, executing, note_margin,
@@ -238,6 +239,9 @@ class Part:
     # per program with symbolic ints (by id), the full signatures it served: an exported host
     # takes ints as constants, so export captures each of those again with its values
     served: dict[int, dict[Any, None]] = field(default_factory=dict)
+    # input lists the part only appends to (and gives back): they go in empty, and the host
+    # extends the caller's list with what the part appended, so the signature does not grow
+    appends: tuple[str, ...] = ()
 
 
 @dataclass
@@ -256,7 +260,9 @@ def _part(spec: RegionSpec, first: int, stop: int) -> Part:
         ins += [n for n in st.ins if n not in defined and n not in ins]
         defined |= set(st.outs)
     later = set(spec.outs).union(*(st.ins for st in sts[stop:]))
-    return Part(first, stop, tuple(ins), tuple(sorted(defined & later)))
+    outs = tuple(sorted(defined & later))
+    appends = tuple(n for n in ins if n in outs and all(n in st.appends for st in sts[first:stop] if n in st.ins))
+    return Part(first, stop, tuple(ins), outs, appends=appends)
 
 
 class DispatchHost:
@@ -405,6 +411,12 @@ class DispatchHost:
             self._region_env = outer
 
     def _run_part(self, st: RegionState, part: Part, fns: Sequence[Callable], vals: tuple) -> tuple:
+        if part.appends:
+            return appending(part.ins, part.outs, part.appends, vals,
+                                    lambda fresh: self._run_part_retried(st, part, fns, fresh))
+        return self._run_part_retried(st, part, fns, vals)
+
+    def _run_part_retried(self, st: RegionState, part: Part, fns: Sequence[Callable], vals: tuple) -> tuple:
         while True:
             try:
                 return self._run_part_once(st, part, fns, vals)

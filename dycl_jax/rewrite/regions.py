@@ -26,6 +26,9 @@ class StatementSpec:
     outs: tuple[str, ...]
     line: int
     code: str
+    # names the statement only appends to (`xs.append(v)`, `v` not reading `xs`): a region that
+    # only appends to a list can take it empty and have the host extend the caller's list
+    appends: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, eq=False)

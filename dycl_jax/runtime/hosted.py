@@ -13,6 +13,7 @@ from jax import export as jax_export
 from safetensors.flax import load_file
 
 from dycl_jax.errors import CallError, Location
+from dycl_jax.rewrite.appends import appending
 from dycl_jax.rewrite.decisions import Decision
 
 HOST_MODULE, CONSTANTS = "host.py", "constants.safetensors"
@@ -185,7 +186,13 @@ class HostRuntime:
         r = self._ran(rid)
         env = dict(zip(r["ins"], vals))
         for k, part in enumerate(r["parts"]):
-            env.update(zip(part["outs"], self._part(rid, k, part, tuple(env[n] for n in part["ins"]))))
+            vals = tuple(env[n] for n in part["ins"])
+            if part.get("appends"):  # lists it only appends to go in empty, as on the live host
+                outs = appending(part["ins"], part["outs"], part["appends"], vals,
+                                 lambda fresh, k=k, part=part: self._part(rid, k, part, fresh))
+            else:
+                outs = self._part(rid, k, part, vals)
+            env.update(zip(part["outs"], outs))
         return tuple(env[n] for n in r["outs"])
 
     def island(self, rid: int, vals: tuple) -> Any:
@@ -223,10 +230,14 @@ class HostRuntime:
         entry = self.lookup[rid][k].get(self._entry_key(str(tree), [_leaf_key(v) for v in leaves]))
         if entry is not None:
             return self._run(entry, leaves)[0]  # a region program gives (outputs, module attributes)
-        entry = next((e for e in part["entries"] if "ranges" in e and _fits(e, str(tree), leaves)
-                      or "ints" in e and self._ints_fit(e, str(tree), leaves)), None)
+        entry = next((e for e in part["entries"] if self._symbolic_fits(e, str(tree), leaves)), None)
         if entry is not None:  # a program with symbolic sizes or symbolic ints
             return self._run(entry, leaves)[0]
+        for e in part["entries"]:  # a list of same-shaped arrays, stacked (runtime/hosted_lists.py)
+            if "stack" in e and (stacked := _stack(vals, e["stack"])) is not None:
+                leaves2, tree2 = jax.tree_util.tree_flatten((stacked, None))
+                if _fits(e, str(tree2), leaves2):
+                    return self._run(e, leaves2)[0]
         if "sizes" in part:  # statements computing Python values from sizes only
             env = dict(zip(part["ins"], jax.tree_util.tree_map(
                 lambda v: ShapeView(v) if isinstance(v, (jax.Array, np.ndarray)) else v, vals)))
@@ -251,9 +262,23 @@ class HostRuntime:
                         location=Location(r["file"], r["line"], ""),
                         fix="before jm.export, call jm on inputs that reach these shapes and values")
 
+    def _symbolic_fits(self, e: dict, tree: str, leaves: list) -> bool:
+        """Whether a program with symbolic sizes and/or symbolic ints takes these leaves: sizes in
+        range, each int in [0, int32 max], and its guard (torch.export's, e.g. an index's bounds) holds."""
+        if "ranges" in e:
+            fits = _fits(e, tree, leaves)
+        elif "ints" in e:
+            fits = self._ints_fit(e, tree, leaves)
+        else:
+            return False
+        if not fits or "ints" not in e:
+            return fits
+        guard = self.int_fns[e["name"]][0]
+        return guard is None or bool(guard(leaves))
+
     def _ints_fit(self, e: dict, tree: str, leaves: list) -> bool:
         """Whether a program over symbolic ints takes these leaves: the other leaves as keyed, each
-        int in [0, int32 max], and its guard (torch.export's, e.g. an index's bounds) holds."""
+        int in [0, int32 max] (its guard is checked apart)."""
         if e["tree"] != tree or len(e["key"]) != len(leaves):
             return False
         for want, v in zip(e["key"], leaves):
@@ -262,8 +287,7 @@ class HostRuntime:
                     return False
             elif want != _leaf_key(v):
                 return False
-        guard = self.int_fns[e["name"]][0]
-        return guard is None or bool(guard(leaves))
+        return True
 
     def _run(self, e: dict, leaves: list) -> Any:
         if e.get("mutated") and _aliased(leaves):
@@ -294,6 +318,15 @@ class HostRuntime:
         return _build(e["out_tree"], flat)
 
 
+def _stack(vals: tuple, n: int) -> tuple | None:
+    """`vals` with input `n`, a list of arrays of one shape and dtype, as one stacked array."""
+    items = vals[n]
+    if type(items) is not list or not items or not all(isinstance(v, (jax.Array, np.ndarray)) for v in items) \
+            or len({(tuple(v.shape), np.dtype(v.dtype)) for v in items}) != 1:
+        return None
+    return vals[:n] + (jax.numpy.stack(items),) + vals[n + 1:]
+
+
 def _aliased(leaves: list) -> bool:
     arrays = [id(v) for v in leaves if isinstance(v, (jax.Array, np.ndarray))]
     return len(set(arrays)) != len(arrays)
@@ -305,6 +338,10 @@ def _fits(e: dict, tree: str, leaves: list) -> bool:
         return False
     bound: dict[str, int] = {}
     for want, v in zip(e["key"], leaves):
+        if want == INT_LEAF:  # a symbolic int as well (its guard is checked apart)
+            if type(v) is not int or not 0 <= v <= _INT32_MAX:
+                return False
+            continue
         got = _leaf_key(v)
         if want[0] != "a" or got[0] != "a":
             if want != got:

@@ -30,6 +30,7 @@ from dycl_jax.host import values
 from dycl_jax.rewrite.modes import exclusive
 from dycl_jax.rewrite.plan import Undefined
 from dycl_jax.runtime import hosted_ints as ints
+from dycl_jax.runtime import hosted_lists as lists
 from dycl_jax.runtime import hosted_symbolic as symbolic
 from dycl_jax.runtime.artifact import _export
 from dycl_jax.runtime.loaded import MANIFEST, PARAMS, save_params
@@ -132,6 +133,8 @@ class _Writer:
         where = Location(spec.file, first.line, first.code)
         out: dict[str, Any] = {"first": part.first, "stop": part.stop, "ins": list(part.ins), "outs": list(part.outs),
                                "failed": spec.kind == "island" and part.host_reason is not None, "entries": []}
+        if part.appends:  # lists it only appends to: taken empty, extended by the host (rewrite/appends.py)
+            out["appends"] = list(part.appends)
         kinds = set(type(e) if isinstance(e, Compiled) else e for e in part.cache.values())
         on_host = EAGER in kinds or (spec.kind == "region" and part.host_reason is not None)
         fname = self.program.region_fn[rid]
@@ -163,11 +166,24 @@ class _Writer:
             entries, shapes, ranges = result
             out["entries"] += entries
             index = group[0][2].tensor_leaves
-            served |= {id(e) for _, l, e in group if symbolic.fits(shapes, l, index, ranges)}
+            fit: dict[int, bool] = {}  # (a program over symbolic ints is left out once every signature it served fits)
+            for _, l, e in group:
+                fit[id(e)] = fit.get(id(e), True) and symbolic.fits(shapes, l, index, ranges)
+            served |= {i for i, ok in fit.items() if ok}
             out["symbolic"].append(f"{len(group)} signatures as one program, symbols {ranges}")
+        for n_list, group in lists.groups(part):  # a list whose length changed: stacked, of symbolic length
+            made = self.stacked(spec, rid, k, part, fname, n_list, group, out, where)
+            if isinstance(made, str):
+                out["symbolic"].append(f"{len(group)} signatures of a growing list kept apart: {made}")
+                continue
+            shapes, ranges, index = made
+            served |= {id(g[4]) for g in group if symbolic.fits(shapes, g[3], index, ranges)}
+            out["symbolic"].append(f"{len(group)} signatures with the list `{part.ins[n_list]}` stacked as one "
+                                   f"program, symbols {ranges}")
         for key, entry in list(part.cache.items()):
-            if key[0] == "variant":  # a program over symbolic ints
-                self.variant(spec, rid, k, part, fname, entry, out, where)
+            if key[0] == "variant":  # a program over symbolic ints (unless one with symbolic sizes took it)
+                if id(entry) not in served:
+                    self.variant(spec, rid, k, part, fname, entry, out, where)
                 continue
             tree, leaves, grad, same = key
             if same and isinstance(entry, Compiled) and entry.mutated:
@@ -201,6 +217,30 @@ class _Writer:
         for tree, leaves, _, same in served:
             static = self.static_entry(spec, part, fname, tree, leaves, same)
             out["entries"].append(self.entry(rid, k, len(out["entries"]), tree, leaves, static, where))
+
+    def stacked(self, spec: Any, rid: int, k: int, part: Part, fname: str, n_list: int, group: list, out: dict,
+                where: Location) -> tuple | str:
+        """One entry with the list input `n_list` stacked (hosted_lists.py), plus one at length 1
+        (torch specialises it), or why not; the entries are added to `out`."""
+        made: list = []
+        for length in (None, 1):
+            result = lists.stacked_program(self.host, spec, part, self.units(spec, fname), n_list, group,
+                                           self.example, self.state, length)
+            if isinstance(result, str):
+                if length is None:
+                    return result
+                continue  # (a length the statements cannot take: not served, as before)
+            plain, (traced_fn, state_avals, sym_avals), ranges, shapes, sources, tree2, keys2, index, passed = result
+            keys = [self.leaf_key(key, where) for key in keys2]
+            for shape, i in zip(shapes, index):
+                keys[i] = ["a", shape, keys[i][2]]
+            entry = group[0][4]
+            e = self.exported(f"r{rid}p{k}e{len(out['entries'])}", tree2, keys, sources, entry, plain, traced_fn,
+                              state_avals, sym_avals, where, ranges)
+            out["entries"].append({**e, "tensors": index, "passed": passed, "stack": n_list,
+                                   **({"widened": True} if length else {})})
+            made.append((shapes, ranges, index))
+        return made[0]
 
     def check_coverage(self, spec: Any, part: Part, out: dict) -> None:
         """Note a part whose programs are per signature while its signature changed with the input
@@ -243,13 +283,16 @@ class _Writer:
         result = symbolic.symbolic_program(self.host, spec, part, fns, group, self.example, self.state)
         if isinstance(result, str):
             return result
-        plain, (traced_fn, state_avals, sym_avals), ranges, shapes, sources = result
+        plain, (traced_fn, state_avals, sym_avals), ranges, shapes, sources, found = result
         tree, leaves, entry = group[0]
         keys = [self.leaf_key(key, where) for key in leaves]
         for shape, i in zip(shapes, entry.tensor_leaves):
-            keys[i] = ["a", shape, keys[i][2]]
-        made = [self.exported(f"r{rid}p{k}e{n}", tree, keys, sources, entry, plain, traced_fn, state_avals,
-                              sym_avals, where, ranges)]
+            keys[i] = ints.INT_LEAF if shape is None else ["a", shape, keys[i][2]]
+        fields = ints.int_fields(found, [(t, l, None, None) for t, l, _ in group]) if entry.symbolic else {}
+        if isinstance(fields, str):
+            return fields
+        made = [{**self.exported(f"r{rid}p{k}e{n}", tree, keys, sources, entry, plain, traced_fn, state_avals,
+                                 sym_avals, where, ranges), **fields}]
         for m, (small, plain1, traced1, avals1, tensors1, sources1) in enumerate(symbolic.small_sizes(
                 self.host, spec, part, fns, group, self.example, self.state, shapes, ranges)):
             made.append({**self.exported(f"r{rid}p{k}e{n}s{m}", tree, [self.leaf_key(key, where) for key in small],

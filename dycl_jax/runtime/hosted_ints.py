@@ -12,6 +12,7 @@ import os
 import jax
 import numpy as np
 
+from dycl_jax.capture.int_inputs import SymbolicInts
 from dycl_jax.errors import DyclError, Location
 from dycl_jax.host import values
 from dycl_jax.host.dispatch import Compiled, Part, _leaf_names
@@ -30,10 +31,14 @@ def _names_known(args: tuple[str, ...], body: str) -> bool:
     return all(n.id in args or n.id in INT_NAMESPACE for n in ast.walk(tree) if isinstance(n, ast.Name))
 
 
-def int_fields(entry: Compiled, served: list[tuple]) -> dict | str:
+def int_fields(entry: Compiled | SymbolicInts, served: list[tuple]) -> dict | str:
     """The manifest fields of `entry`'s symbolic ints (`ints`, `guard`, `computed`), or why they
     cannot be written torch-free. `served`: the signature keys (host/values.leaf_key) it served;
-    the written texts must agree with the live host's guard and results on each of them."""
+    the written texts must agree with the live host's guard and results on each of them.
+    (`entry` may also be a capture's SymbolicInts: its guard, results and leaves.)"""
+    if isinstance(entry, SymbolicInts):
+        entry = Compiled(None, [], [], None, [], [], guard=entry.guard, computed=entry.results,  # type: ignore[arg-type]
+                         symbolic=entry.leaves)
     texts = [("its guard", entry.guard)] + [(f"the int it computes for output {r.position}", r.fn)
                                             for r in entry.computed]
     for what, fn in texts:

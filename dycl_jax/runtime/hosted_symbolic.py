@@ -4,7 +4,7 @@ exported once with `jax.export` symbols, and checked against every signature it 
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import jax
 import numpy as np
@@ -19,22 +19,39 @@ from dycl_jax.rewrite.modes import exclusive
 from dycl_jax.runtime.artifact import _export
 
 
-def groups(part: Part) -> list[list[tuple[Any, tuple, Compiled]]]:
-    """The part's compiled signatures, grouped where only array sizes differ (and the outputs' form
-    is the same); groups of one are left out."""
-    out: dict[Any, list] = {}
+def _signatures(part: Part) -> Iterator[tuple[tuple, Compiled]]:
+    """(signature key, program) of each compiled signature: a program over symbolic ints once
+    per full signature it served (each with its ints' values)."""
     for key, entry in part.cache.items():
-        if key[0] == "variant":  # a program over symbolic ints (export refuses those)
-            continue
+        if not isinstance(key[0], str):  # (a treedef compares unequal to nothing by `!=`)
+            yield key, entry
+        elif isinstance(entry, Compiled):  # ("variant", id)
+            for served in part.served.get(id(entry), ()):
+                yield served, entry
+
+
+def groups(part: Part) -> list[list[tuple[Any, tuple, Compiled]]]:
+    """The part's compiled signatures, grouped where only array sizes (and the values of ints
+    taken as symbols) differ and the outputs' form is the same; groups of one are left out."""
+    out: dict[Any, list] = {}
+    for key, entry in _signatures(part):
         tree, leaves, grad, same = key
         if not isinstance(entry, Compiled) or not grad or same:  # names of one tensor: its own program
             continue
-        shape_free = tuple((len(k[0]), k[1]) if isinstance(k, tuple) and len(k) == 2 and isinstance(k[0], tuple)
-                           else k for k in leaves)
+        shape_free = tuple((len(k[0]), k[1]) if _is_array(k) else "int" if i in entry.symbolic else k
+                           for i, k in enumerate(leaves))
         form = (tree, shape_free, str(entry.out_tree), tuple(entry.slots), repr(entry.constants), entry.x64,
-                tuple(entry.passed or ()), tuple(entry.tensor_leaves))
+                tuple(entry.passed or ()), tuple(entry.tensor_leaves), tuple(entry.symbolic))
         out.setdefault(form, []).append((tree, leaves, entry))
-    return [g for g in out.values() if len(g) > 1]
+    return [g for g in out.values() if len(g) > 1 and (not g[0][2].symbolic or len({_sizes(l) for _, l, _ in g}) > 1)]
+
+
+def _is_array(k: Any) -> bool:
+    return isinstance(k, tuple) and len(k) == 2 and isinstance(k[0], tuple)
+
+
+def _sizes(leaves: tuple) -> tuple:
+    return tuple(k[0] for k in leaves if _is_array(k))
 
 
 def _varying(group: list) -> dict[int, list[int]]:
@@ -58,24 +75,53 @@ def symbolic_program(host: DispatchHost, spec: Any, part: Part, fns: list[Callab
     tree, leaves, entry = max(group, key=lambda g: sum(int(np.prod(k[0])) for k in g[1]
                                                          if isinstance(k, tuple) and isinstance(k[0], tuple)))
     values = [example(k) for k in leaves]
-    index = [i for i, v in enumerate(values) if isinstance(v, torch.Tensor)]
+    ints = frozenset(entry.symbolic)  # Python ints the programs take as symbols: symbols here too
+    index = [i for i, v in enumerate(values) if isinstance(v, torch.Tensor) or i in ints]
     if index != entry.tensor_leaves:
         return "its tensor inputs differ from the compiled program's"
-    dynamic = [varying.get(i, []) for i in index]
+    dynamic = [varying.get(i, []) for i in index if i not in ints]
     args = tuple(jax.tree_util.tree_unflatten(tree, values))
     try:
-        cap = _capture(host, spec, part, fns, args, dynamic)
+        cap = _capture(host, spec, part, fns, args, dynamic, ints)
     except Exception as exc:  # noqa: BLE001 - torch.export refused the dynamic sizes: per signature instead
         return f"torch.export with dynamic sizes: {type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
+    made = export_captured(host, spec, cap, entry, state, [leaves[i][1] for i in index], ints)
+    if isinstance(made, str):
+        return made
+    plain, run, graph, ranges, shapes, sources, state_avals, sym_avals = made
+    scalar = jax.ShapeDtypeStruct((), np.int64 if entry.x64 else np.int32, weak_type=True)
+    with int_scope(entry.x64):
+        for t2, l2, e2 in group:  # every signature it replaces gives the same output shapes
+            concrete = [scalar if i in ints else jax.ShapeDtypeStruct(tuple(l2[i][0]), l2[i][1]) for i in index]
+            if not fits(shapes, l2, index, ranges):
+                continue
+            want = jax.eval_shape(getattr(e2.fn, "__wrapped__", e2.fn), state_avals_of(e2, state), concrete)
+            got = jax.eval_shape(plain.call, state_avals, concrete)
+            if [a.shape for a in jax.tree_util.tree_leaves(want)] != [a.shape for a in jax.tree_util.tree_leaves(got)]:
+                return "the symbolic program gives other output shapes than a compiled signature"
+    traced = functools.partial(run, call=graph.with_margins) if entry.margins is not None else None
+    return plain, (traced, state_avals, sym_avals), ranges, shapes, sources, cap.ints
+
+
+def export_captured(host: DispatchHost, spec: Any, cap: Any, entry: Compiled, state: list, dtypes: list,
+                    ints: frozenset[int] = frozenset(), static_ok: bool = False) -> tuple | str:
+    """A capture with dynamic sizes (and symbolic ints `ints`, by leaf) exported with jax symbols:
+    (plain export, run, lowered graph, {symbol: [min, max]}, per input its shape with symbols (None:
+    an int), sources, state avals, input avals), or why not. Its outputs must have `entry`'s form."""
     if (cap.slots, str(cap.out_tree), cap.passed) != (entry.slots, str(entry.out_tree), entry.passed or
                                                       [None] * len(entry.slots)):
         return "the dynamic capture returns another output form"
+    if ints and (cap.ints is None or cap.ints.static or tuple(cap.ints.leaves) != tuple(entry.symbolic)):
+        return "with symbolic sizes, its Python ints must be values (a size or a guard reads them)"
     gm = cap.ep.graph_module
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     n_state = len(cap.state)
-    shapes: list[list] = []
+    shapes: list[list | None] = []  # None: a symbolic int
     names: list[str] = []
-    for node in placeholders[n_state:]:
+    for i, node in zip(cap.inputs, placeholders[n_state:]):
+        if i in ints:
+            shapes.append(None)
+            continue
         shape = []
         for d in node.meta["val"].shape:
             if isinstance(d, torch.SymInt):
@@ -87,7 +133,7 @@ def symbolic_program(host: DispatchHost, spec: Any, part: Part, fns: list[Callab
             else:
                 shape.append(int(d))
         shapes.append(shape)
-    if not names:
+    if not names and not static_ok:
         return "torch.export specialised every varying dimension"
     ranges = {}
     for sym, vr in cap.ep.range_constraints.items():
@@ -96,24 +142,16 @@ def symbolic_program(host: DispatchHost, spec: Any, part: Part, fns: list[Callab
             ranges[str(sym)] = [int(vr.lower), hi]
     with int_scope(entry.x64):
         run, graph, sources, state_avals = lowered(host, spec, cap, state)
-        dims = dict(zip(names, jax_export.symbolic_shape(",".join(names))))
-        dtypes = [g for g in (leaves[i][1] for i in index)]
-        sym_avals = [jax.ShapeDtypeStruct(tuple(dims[d] if isinstance(d, str) else d for d in shape), dt)
+        dims = dict(zip(names, jax_export.symbolic_shape(",".join(names)))) if names else {}
+        scalar = jax.ShapeDtypeStruct((), np.int64 if entry.x64 else np.int32, weak_type=True)
+        sym_avals = [scalar if shape is None else
+                     jax.ShapeDtypeStruct(tuple(dims[d] if isinstance(d, str) else d for d in shape), dt)
                      for shape, dt in zip(shapes, dtypes)]
         try:
             plain = _export(run, state_avals, sym_avals)
         except Exception as exc:  # noqa: BLE001 - the lowering needs static sizes somewhere: per signature instead
             return f"jax.export with symbolic sizes: {type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
-        for t2, l2, e2 in group:  # every signature it replaces gives the same output shapes
-            concrete = [jax.ShapeDtypeStruct(tuple(l2[i][0]), l2[i][1]) for i in index]
-            if not fits(shapes, l2, index, ranges):
-                continue
-            want = jax.eval_shape(getattr(e2.fn, "__wrapped__", e2.fn), state_avals_of(e2, state), concrete)
-            got = jax.eval_shape(plain.call, state_avals, concrete)
-            if [a.shape for a in jax.tree_util.tree_leaves(want)] != [a.shape for a in jax.tree_util.tree_leaves(got)]:
-                return "the symbolic program gives other output shapes than a compiled signature"
-    traced = functools.partial(run, call=graph.with_margins) if entry.margins is not None else None
-    return plain, (traced, state_avals, sym_avals), ranges, shapes, sources
+    return plain, run, graph, ranges, shapes, sources, state_avals, sym_avals
 
 
 def lowered(host: DispatchHost, spec: Any, cap: Any, state: list) -> tuple[Callable, Any, list, list]:
@@ -143,7 +181,7 @@ def small_sizes(host: DispatchHost, spec: Any, part: Part, fns: list, group: lis
     """Signatures at sizes 1 and 0 of a group's only symbol (torch specialises those, so the
     symbolic program starts at 2), captured with static shapes: (leaves, plain export, traced
     fn, state avals, tensor avals, sources) for each that captures with the group's output form."""
-    if len(ranges) != 1:
+    if len(ranges) != 1 or None in shapes:  # (with symbolic ints: the programs of the signatures run)
         return []
     (sym, (lo, _)), = ranges.items()
     tree, leaves, entry = group[0]
@@ -179,6 +217,10 @@ def fits(shapes: list, leaves: tuple, index: list[int], ranges: dict) -> bool:
     """Whether a signature's array sizes are ones the symbolic program takes."""
     bound: dict[str, int] = {}
     for shape, i in zip(shapes, index):
+        if shape is None:  # a symbolic int (its guard is checked apart)
+            if leaves[i][0] is not int:
+                return False
+            continue
         size = leaves[i][0]
         if len(size) != len(shape):
             return False
@@ -193,7 +235,8 @@ def fits(shapes: list, leaves: tuple, index: list[int], ranges: dict) -> bool:
 
 
 @exclusive  # torch.export runs under the rewrite's process-wide modes
-def _capture(host: DispatchHost, spec: Any, part: Part, fns: list, args: tuple, dynamic: list) -> Any:
+def _capture(host: DispatchHost, spec: Any, part: Part, fns: list, args: tuple, dynamic: list,
+             ints: frozenset[int] = frozenset()) -> Any:
     from dycl_jax.capture.region import capture_call
     return capture_call(host.root, host._body(spec, part, fns), args, host._capture_context, frozenset(),
-                        dims=dynamic)
+                        dynamic=ints, dims=dynamic)

@@ -16,6 +16,7 @@ import itertools
 from collections import Counter
 
 from dycl_jax.analysis.scopes import Access, access, function_locals, param_names
+from dycl_jax.rewrite.appends import appended
 from dycl_jax.rewrite.converters.branches import liveness
 from dycl_jax.rewrite.converters.logical import _Logical, truth
 from dycl_jax.rewrite.regions import RegionSpec, StatementSpec
@@ -446,7 +447,8 @@ class _Splitter:
             defined |= set(outs)
             fn_name = self.ctx.fresh("s")
             defs.append(locate(function(fn_name, ins, [*self._unbind(plain), s], outs), s))
-            stmts.append(StatementSpec(fn_name, tuple(ins), tuple(outs), s.lineno, self.ctx.code(s.lineno)))
+            stmts.append(StatementSpec(fn_name, tuple(ins), tuple(outs), s.lineno, self.ctx.code(s.lineno),
+                                       appended(s)))
         elsewhere = {n for n, c in self.reads.items() if c > run_reads.get(n, 0)}
         # generated temps (tests, iterables, return values) are read by the host code after the region
         outs = sorted(n for n in defined if n in elsewhere or n in exposed or n in forced or n.startswith("_dycl_"))
@@ -489,3 +491,4 @@ def convert(scope: ast.FunctionDef, ctx: Context) -> None:
     unset = sorted(n for n in function_locals(scope) - params if not n.startswith("_dycl_"))
     init = [locate(set_name(n, op_call("Undefined", const(n))), scope) for n in unset]
     scope.body = [*init, *body] or [ast.Pass()]
+
