@@ -13,7 +13,8 @@ The memory run is one more process, with `tracemalloc` on (which slows Python do
 times are not used): the resident set size (RSS) before the conversion, its peak during the
 conversion (`ru_maxrss`), after it, after the first call, and after the torch model is
 dropped; the peak of Python-heap allocations (tracemalloc: fx graphs, nodes, metadata;
-not tensor storage, which torch allocates outside Python's heap); the size of the torch
+not tensor storage, which torch allocates outside Python's heap), what of it is still live after
+the conversion and once only the JaxModel is left; the size of the torch
 parameters and of the JAX state; and how many of the torch model's parameters and buffers
 are still alive once the user drops the model (a JaxModel that kept them would hold every
 parameter twice).
@@ -90,7 +91,9 @@ def child(spec: str, memory: bool) -> dict[str, Any]:
     out["convert_s"] = time.perf_counter() - start
     out["cpu_convert_s"] = _cpu_s() - cpu
     if memory:
-        out["tracemalloc_peak_convert_mb"] = tracemalloc.get_traced_memory()[1] / 2**20
+        live, peak = tracemalloc.get_traced_memory()
+        out["tracemalloc_peak_convert_mb"] = peak / 2**20
+        out["tracemalloc_live_after_convert_mb"] = live / 2**20
         tracemalloc.reset_peak()
         out["peak_rss_convert_mb"] = _peak_rss_mb()
         out["rss_after_convert_mb"] = _rss_mb()
@@ -103,7 +106,6 @@ def child(spec: str, memory: bool) -> dict[str, Any]:
     out["host"] = jm.host
     if memory:
         out["tracemalloc_peak_first_call_mb"] = tracemalloc.get_traced_memory()[1] / 2**20
-        tracemalloc.stop()
         out["rss_after_first_call_mb"] = _rss_mb()
         state = jax.tree_util.tree_leaves(jm._state_values())
         out["jax_state_mb"] = sum(np.asarray(a).nbytes for a in state) / 2**20
@@ -112,6 +114,9 @@ def child(spec: str, memory: bool) -> dict[str, Any]:
         out["torch_state_alive"] = sum(r() is not None for r in alive)
         out["torch_state_total"] = len(alive)
         out["rss_after_drop_torch_mb"] = _rss_mb()
+        # what the JaxModel alone keeps on the Python heap (graphs for emission, report, caches)
+        out["tracemalloc_live_jm_only_mb"] = tracemalloc.get_traced_memory()[0] / 2**20
+        tracemalloc.stop()
     return out
 
 
@@ -179,7 +184,8 @@ def main(argv: list[str] | None = None) -> int:
         mem = result["memory"] = _run_child(ns.file, memory=True)
         print("\nmemory (one more process, tracemalloc on), MiB")
         for key in ("rss_before_mb", "peak_rss_convert_mb", "rss_after_convert_mb", "rss_after_first_call_mb",
-                    "rss_after_drop_torch_mb", "tracemalloc_peak_convert_mb", "tracemalloc_peak_first_call_mb",
+                    "rss_after_drop_torch_mb", "tracemalloc_peak_convert_mb", "tracemalloc_live_after_convert_mb",
+                    "tracemalloc_peak_first_call_mb", "tracemalloc_live_jm_only_mb",
                     "torch_state_mb", "jax_state_mb"):
             print(f"{key:<32} {mem[key]:10.1f}")
         if mem["peak_rss_before_mb"] >= mem["peak_rss_convert_mb"]:

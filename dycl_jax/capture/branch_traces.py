@@ -29,6 +29,7 @@ import torch.fx.traceback as fx_traceback
 import torch.utils._pytree as pytree
 from torch._higher_order_ops.effects import has_effects
 from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.fx._lazy_graph_module import _make_graph_module
 from torch.fx.experimental import proxy_tensor
 from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
@@ -117,7 +118,7 @@ def _translated(cached: torch.fx.GraphModule, old: torch.fx.GraphModule, new: to
             value = tuple(current.get(f, node.meta.get(f)) for f in _FIELDS)
         for f, v in zip(_FIELDS, value):
             node.meta[f] = v.copy() if isinstance(v, dict) else v
-    copy = torch.fx.GraphModule(cached, graph)
+    copy = _make_graph_module(cached, graph)  # lazy while capturing (shims.py)
     copy.meta = dict(cached.meta)
     return copy
 

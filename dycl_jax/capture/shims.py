@@ -3,11 +3,13 @@ replaced by an equivalent (or given a fake-tensor rule) while a graph is capture
 from __future__ import annotations
 
 import contextlib
+import importlib
 from typing import Any, Iterator
 
 import torch
 import torch.nn.modules.transformer as _transformer
 from torch.distributions import Distribution
+from torch.fx._lazy_graph_module import _use_lazy_graph_module
 
 from dycl_jax.capture.branch_checks import shared_branch_checks
 from dycl_jax.capture.branch_traces import shared_branch_traces
@@ -44,6 +46,41 @@ def _fake_rules() -> Iterator[None]:
         lib._destroy()
 
 
+def _param_buffer_metadata(params_buffers_to_node_meta: dict[str, Any], gm: torch.fx.GraphModule,
+                           new_sig: Any) -> None:
+    # torch's `_populate_param_buffer_metadata_to_new_gm`, with the signature's two lookup
+    # tables built once: torch rebuilds them from every input spec for each placeholder
+    # (quadratic in the state: 2,000 rebuilds of 660 specs for a ResNet-110)
+    for metadata in params_buffers_to_node_meta.values():
+        metadata.pop("nn_module_stack", None)
+        metadata.pop("stack_trace", None)
+    params, buffers = new_sig.inputs_to_parameters, new_sig.inputs_to_buffers
+    for node in gm.graph.nodes:
+        if node.op != "placeholder":
+            continue
+        for table in (params, buffers):
+            name = table.get(node.target)
+            if name is not None and name in params_buffers_to_node_meta:
+                node.meta.update(params_buffers_to_node_meta[name])
+
+
+@contextlib.contextmanager
+def _linear_signature_lookups() -> Iterator[None]:
+    originals = [(m, m._populate_param_buffer_metadata_to_new_gm) for m in _SIGNATURE_USERS]
+    for m, _ in originals:
+        m._populate_param_buffer_metadata_to_new_gm = _param_buffer_metadata
+    try:
+        yield
+    finally:
+        for m, original in originals:
+            m._populate_param_buffer_metadata_to_new_gm = original
+
+
+# the modules that call it, each under its own imported name
+_SIGNATURE_USERS = [importlib.import_module(n) for n in ("torch.export._trace", "torch.export.exported_program")]
+_SIGNATURE_USERS = [m for m in _SIGNATURE_USERS if hasattr(m, "_populate_param_buffer_metadata_to_new_gm")]
+
+
 @contextlib.contextmanager
 def capture_shims() -> Iterator[None]:
     """While active, `nn.Transformer*` layers do not inspect mask values to choose a kernel,
@@ -57,13 +94,19 @@ def capture_shims() -> Iterator[None]:
 
     Also torch.cond's schema and alias/mutation checks, and its branch traces, run once per
     distinct branch structure (branch_checks.py, branch_traces.py).
+
+    Graph modules made meanwhile generate their Python code only when it is first read or run
+    (torch's lazy graph module): export's passes recompile the root graph, and with it every
+    branch sub-graph, after each change (ResNet-110 BlockDrop: about 3,000 code generations);
+    and placeholder metadata is copied with the signature's lookup tables built once.
     """
     original = _transformer._detect_is_causal_mask
     validate = Distribution._validate_args
     _transformer._detect_is_causal_mask = _causal_hint
     Distribution._validate_args = False
     try:
-        with _fake_rules(), shared_branch_checks(), shared_branch_traces():
+        with _fake_rules(), shared_branch_checks(), shared_branch_traces(), _use_lazy_graph_module(True), \
+                _linear_signature_lookups():
             yield
     finally:
         _transformer._detect_is_causal_mask = original
