@@ -6,7 +6,8 @@ statements gets one guard, an `if` without `else` and a `while` take the flag in
 test, a `for` loop stops through its exit flags. Compound statements join the run of simple
 ones: inside one guard, values the run computes stay what they are (a Python loop index
 stays a Python int), where a join between two guards would turn them into tensors. Each guard
-reads the flag as it is at that point, so a later exit in the same block needs nothing more.
+reads the flag as it is at that point, so a statement that may itself set a flag ends its guard's
+run, and what follows it gets a guard of its own.
 """
 from __future__ import annotations
 
@@ -82,6 +83,10 @@ def guarded(stmts: list[ast.stmt], flags: list[str]) -> list[ast.stmt]:
             out.append(s)
         else:
             group.append(s)
+            if any(sets_flag(s, f) for f in flags):
+                # (an `if` with an `else`/`elif` that may exit: what follows it needs the flag read
+                # again, as a guard reads it only at its start)
+                flush()
     flush()
     return out
 
