@@ -39,6 +39,8 @@ LONGEST_FIRST = (
     "test_dispatch_e2e.py",
     "test_staged_decode.py",
     "test_emit.py",
+    "test_artifact.py::test_dispatch_round_trip_matches_torch_and_jm_trace[moe]",  # its artifact group: ~45 s
+    "test_artifact.py::test_dispatch_round_trip_matches_torch_and_jm_trace[captioning]",  # ~35 s
     "test_artifact.py",
     "test_opinfo.py::test_opinfo_entry[tensor_split]",  # ~100 s: never the last test to start
     "test_emit_dispatch.py",

@@ -72,10 +72,7 @@ def _numpy(args: tuple) -> tuple:
 WARNED: dict[str, list] = {}  # per case: the ExportCoverageWarnings its export gave (filled by `artifacts`)
 
 
-@pytest.fixture(scope="module")
-def artifacts(tmp_path_factory):
-    """Each case: (torch model, jm, manifest, inputs) and what the torch-free runner returned."""
-    root = tmp_path_factory.mktemp("artifacts")
+def _staged_cases() -> dict:
     torch.manual_seed(0)
     mlp = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 3)).eval()
     cases = {"mlp": (mlp, dycl_jax.to_jax(mlp, torch.randn(4, 8)),
@@ -88,17 +85,24 @@ def artifacts(tmp_path_factory):
     x = torch.full((1, 2), 0.1)
     cases["decode"] = (decode, dycl_jax.to_jax(decode, (x, torch.tensor(3.0)), host="staged", max_len=3),
                        [(x, torch.tensor(float(limit))) for limit in (0.0, 1.5, 2.5, 8.0)])
-    # an early exit with a numpy fallback, branches of different shapes, a growing decode loop, MoE
-    for name in DISPATCH_CASES:
-        mod = load(name)
-        model, args = mod.example()
-        jm = dycl_jax.to_jax(model, args)
-        # (captioning: two output lengths before export; the others, max length included, held out)
-        chosen = mod.inputs(2) if name == "captioning" else _one_per_path(mod, model, 50)
-        for a in chosen:  # the host compiles each region signature these inputs reach
-            jm(*a)
-        cases[name] = (model, jm, chosen + held_out(name))
-    # a greedy decode whose Python step counter reaches the loop body: run at two lengths only
+    return cases
+
+
+def _dispatch_case(name: str) -> tuple:
+    """An early exit with a numpy fallback, branches of different shapes, a growing decode loop or
+    MoE, converted here (not shared: the artifact holds what this jm compiled before export)."""
+    mod = load(name)
+    model, args = mod.example()
+    jm = dycl_jax.to_jax(model, args)
+    # (captioning: two output lengths before export; the others, max length included, held out)
+    chosen = mod.inputs(2) if name == "captioning" else _one_per_path(mod, model, 50)
+    for a in chosen:  # the host compiles each region signature these inputs reach
+        jm(*a)
+    return model, jm, chosen + held_out(name)
+
+
+def _step_decode_case() -> tuple:
+    """A greedy decode whose Python step counter reaches the loop body: run at two lengths only."""
     torch.manual_seed(1)
     step_decoder = StepDecoder().eval()
     g = torch.Generator().manual_seed(1)
@@ -108,7 +112,26 @@ def artifacts(tmp_path_factory):
         by_length.setdefault(step_decoder(x)[2], (x,))
     jm = dycl_jax.to_jax(step_decoder, by_length[3])
     jm(*by_length[4])
-    cases["step_decode"] = (step_decoder, jm, [by_length[n] for n in sorted(by_length)])
+    return step_decoder, jm, [by_length[n] for n in sorted(by_length)]
+
+
+# The artifacts in groups that are built, exported and run apart, each on first use: a test waits
+# only for its own group, and the xdist workers build different groups at once (the dispatch
+# cases take most of the time, MoE and captioning the most of them).
+GROUPS = {
+    "staged": _staged_cases,
+    "small dispatch": lambda: {"numpy_fallback": _dispatch_case("numpy_fallback"),
+                               "shape_branch": _dispatch_case("shape_branch"), "step_decode": _step_decode_case()},
+    "captioning": lambda: {"captioning": _dispatch_case("captioning")},
+    "moe": lambda: {"moe": _dispatch_case("moe")},
+}
+GROUP_OF = {"mlp": "staged", "shallow_deep": "staged", "act": "staged", "decode": "staged",
+            "numpy_fallback": "small dispatch", "shape_branch": "small dispatch", "step_decode": "small dispatch",
+            "captioning": "captioning", "moe": "moe"}
+
+
+def _export_and_run(cases: dict, root, group: str) -> tuple[dict, dict]:
+    """Each case's manifest, and what the torch-free runner returned for all of them."""
     jobs, manifests, warned = {}, {}, {}
     for name, (model, jm, inputs) in cases.items():
         with warnings.catch_warnings(record=True) as caught:
@@ -116,16 +139,42 @@ def artifacts(tmp_path_factory):
             manifests[name] = jm.export(str(root / name))
         warned[name] = [w.message for w in caught if w.category is ExportCoverageWarning]
         jobs[name] = (str(root / name), [_numpy(a) for a in inputs])
-    with open(root / "jobs.pkl", "wb") as f:
+    stem = group.replace(" ", "_")
+    with open(root / f"jobs_{stem}.pkl", "wb") as f:
         pickle.dump(jobs, f)
     env = {**os.environ, "PYTHONPATH": ROOT, "JAX_PLATFORMS": "cpu"}
-    proc = subprocess.run([sys.executable, "-c", RUNNER, str(root / "jobs.pkl"), str(root / "out.pkl")],
+    proc = subprocess.run([sys.executable, "-c", RUNNER, str(root / f"jobs_{stem}.pkl"), str(root / f"out_{stem}.pkl")],
                           env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    with open(root / "out.pkl", "rb") as f:
+    with open(root / f"out_{stem}.pkl", "rb") as f:
         results = pickle.load(f)
     WARNED.update(warned)
-    return cases, manifests, results, root
+    return manifests, results
+
+
+@pytest.fixture(scope="module")
+def artifacts(tmp_path_factory):
+    """`artifacts(*names)`: (cases, manifests, results, root) with at least the named cases, each
+    case (torch model, jm, inputs), its manifest and what the torch-free runner returned;
+    results["torch loaded"]: the torch modules any of the runs so far had loaded."""
+    root = tmp_path_factory.mktemp("artifacts")
+    cases, manifests, results = {}, {}, {"torch loaded": []}
+
+    def get(*names: str) -> tuple:
+        for group in dict.fromkeys(GROUP_OF[n] for n in names):
+            if group in built:
+                continue
+            built.add(group)
+            made = GROUPS[group]()
+            more, ran = _export_and_run(made, root, group)
+            cases.update(made)
+            manifests.update(more)
+            results["torch loaded"] += ran.pop("torch loaded")
+            results.update(ran)
+        return cases, manifests, results, root
+
+    built: set[str] = set()
+    return get
 
 
 def _same_decisions(want: list, got: list, label: str) -> None:
@@ -135,7 +184,7 @@ def _same_decisions(want: list, got: list, label: str) -> None:
 
 
 def test_import_and_load_need_no_torch(artifacts) -> None:
-    _, _, results, _ = artifacts
+    _, _, results, _ = artifacts("mlp")  # (the dispatch groups' runs: checked by their round-trip tests)
     assert results["torch loaded"] == []
     # with torch importable, `import dycl_jax` still leaves it alone (no optional import either)
     code = "import sys, dycl_jax; dycl_jax.DyclError; print(sorted(m for m in sys.modules if m.startswith('torch')))"
@@ -146,7 +195,7 @@ def test_import_and_load_need_no_torch(artifacts) -> None:
 
 @pytest.mark.parametrize("name", ["mlp", "shallow_deep", "act"])
 def test_round_trip_matches_torch_and_jm_on_every_path(artifacts, name) -> None:
-    cases, manifests, results, _ = artifacts
+    cases, manifests, results, _ = artifacts(name)
     model, jm, inputs = cases[name]
     assert len(results[name]) == len(inputs)
     for k, (args, run) in enumerate(zip(inputs, results[name])):
@@ -186,7 +235,8 @@ def held_out(name: str) -> list[tuple]:
 
 @pytest.mark.parametrize("name", DISPATCH_CASES)
 def test_dispatch_round_trip_matches_torch_and_jm_trace(artifacts, name) -> None:
-    cases, manifests, results, root = artifacts
+    cases, manifests, results, root = artifacts(name)
+    assert results["torch loaded"] == []  # the loaded host programs and regions imported no torch
     model, jm, inputs = cases[name]
     assert jm.host == "dispatch" and manifests[name]["format"] == "dycl_jax.hosted/1"
     n_run = len(inputs) - len(held_out(name))
@@ -218,7 +268,7 @@ def jax_leaves(tree) -> list:
 
 
 def test_one_artifact_takes_every_batch_size(artifacts) -> None:
-    cases, manifests, results, root = artifacts
+    cases, manifests, results, root = artifacts("mlp", "shallow_deep")
     man = manifests["mlp"]
     assert man["batch"]["dim0"] == "symbolic" and man["inputs"][0]["shape"] == ["b0", 8]
     assert set(man["platforms"]) == {"cpu", "cuda"}
@@ -233,7 +283,7 @@ def test_one_artifact_takes_every_batch_size(artifacts) -> None:
 
 
 def test_decode_artifact_trims_and_raises_beyond_max_len(artifacts) -> None:
-    cases, manifests, results, _ = artifacts
+    cases, manifests, results, _ = artifacts("decode")
     model, jm, inputs = cases["decode"]
     lengths = set()
     for k, (args, run) in enumerate(zip(inputs, results["decode"])):
@@ -370,7 +420,8 @@ class StepDecoder(nn.Module):
 
 
 def test_decode_artifact_serves_step_counts_never_run_before_export(artifacts) -> None:
-    cases, manifests, results, _ = artifacts
+    cases, manifests, results, _ = artifacts("step_decode")
+    assert results["torch loaded"] == []
     model, jm, inputs = cases["step_decode"]
     lengths = []
     for k, (args, run) in enumerate(zip(inputs, results["step_decode"])):
@@ -410,7 +461,7 @@ class ReadsHistory(nn.Module):
 
 
 def test_export_warns_where_unseen_inputs_are_not_served(artifacts, tmp_path) -> None:
-    cases, manifests, _, _ = artifacts
+    cases, manifests, _, _ = artifacts("captioning", "shape_branch")
     # captioning's `alphas` list goes into its loop body empty and is stacked at the return: served
     assert manifests["captioning"]["coverage"]["complete"] and WARNED["captioning"] == []
     body = [p for r in manifests["captioning"]["regions"] for p in r.get("parts", ()) if p.get("appends")]
