@@ -31,7 +31,7 @@ import warnings
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -299,24 +299,26 @@ def _flip(model: torch.nn.Module, jm: Any, args: tuple, tol: float) -> str | Non
     return None
 
 
-def check(seed: int, folder: Path, source: str | None = None) -> Outcome:
+def check(seed: int, folder: Path, source: str | None = None, only: Sequence[int] | None = None) -> Outcome:
     """Convert the seed's module (or `source`) and compare with the ORIGINAL torch module on every
     input: `jm(x)`, `jm.trace(x)` (outputs, and decisions exactly against the rewritten torch
-    program's) and `jm.apply(state, x)`."""
+    program's) and `jm.apply(state, x)`. `only`: the indices of `inputs(seed)` to compare on (a
+    saved finding's failing inputs and one per path); the conversion takes input 0 either way."""
     source = source if source is not None else program(seed)
     model = build(seed, folder, source)
     ins, tol, features = inputs(seed), _tolerance(source), _features(source)
+    picked = list(range(len(ins))) if only is None else sorted(set(only))
     try:
         with torch.no_grad():
-            expected = [model(*copy.deepcopy(a)) for a in ins]
+            expected = [model(*copy.deepcopy(ins[k])) for k in picked]
     except Exception as exc:  # noqa: BLE001  (the generator made a program torch rejects)
         return Outcome(seed, "invalid", detail=f"{type(exc).__name__}: {exc}", features=features)
     try:
         with warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()):
             warnings.simplefilter("ignore")
             jm = dycl_jax.to_jax(model, ins[0])
-            got = [jm(*a) for a in ins]
-            return _compare(seed, model, jm, ins, expected, got, tol, features)
+            got = [jm(*ins[k]) for k in picked]
+            return _compare(seed, model, jm, [(k, ins[k]) for k in picked], expected, got, tol, features)
     except DyclError as exc:
         located = exc.location is not None and exc.location.file.endswith(f"fuzz_{seed}.py")
         kind = "refused" if located else "bug"
@@ -326,22 +328,23 @@ def check(seed: int, folder: Path, source: str | None = None) -> Outcome:
         return Outcome(seed, "bug", detail=traceback.format_exc(limit=-4), features=features)
 
 
-def _compare(seed: int, model: torch.nn.Module, jm: Any, ins: list, expected: list, got: list, tol: float,
-             features: set) -> Outcome:
+def _compare(seed: int, model: torch.nn.Module, jm: Any, ins: list[tuple[int, tuple]], expected: list, got: list,
+             tol: float, features: set) -> Outcome:
+    """`ins`: (index in `inputs(seed)`, args) of the inputs compared; `expected`, `got` of each."""
     def out(kind: str, detail: str = "", paths: set | None = None) -> Outcome:
         return Outcome(seed, kind, jm.host, detail, paths or set(), features)
 
-    for k, (w, g) in enumerate(zip(expected, got)):
+    for (k, a), w, g in zip(ins, expected, got):
         diff = _same(w, g, tol)
-        if diff and _rounding_sensitive(model, ins[k], w, tol):
+        if diff and _rounding_sensitive(model, a, w, tol):
             return out("numeric", f"input {k}: {diff}; torch changes in float64 or with XLA's tanh rounding")
-        flip = _flip(model, jm, ins[k], tol) if diff else None
+        flip = _flip(model, jm, a, tol) if diff else None
         if flip:
             return out("numeric", f"input {k}: {diff}; {flip}")
         if diff:
             return out("bug", f"input {k} (scale {SCALES[k]}): {diff}")
     paths = set()
-    for k, (a, w) in enumerate(zip(ins, expected)):
+    for (k, a), w in zip(ins, expected):
         traced, decisions = jm.trace(*a)
         diff = _same(w, traced, tol)
         if diff:
@@ -359,8 +362,8 @@ def _compare(seed: int, model: torch.nn.Module, jm: Any, ins: list, expected: li
     # apply: staged programs jitted (as users run them under grad), dispatch ones as they come
     apply = jax.jit(jm.apply) if jm.host == "staged" else jm.apply
     state = nnx.state(jm.module)
-    for k, (a, w) in enumerate(zip(ins, expected)):
-        if jm.host == "dispatch" and k >= APPLY_DISPATCH_INPUTS:
+    for n, ((k, a), w) in enumerate(zip(ins, expected)):
+        if jm.host == "dispatch" and n >= APPLY_DISPATCH_INPUTS:
             break
         diff = _same(w, apply(state, *[jnp.asarray(t.numpy()) for t in a]), tol)
         if diff:
