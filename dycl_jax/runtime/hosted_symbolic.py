@@ -142,7 +142,11 @@ def export_captured(host: DispatchHost, spec: Any, cap: Any, entry: Compiled, st
             ranges[str(sym)] = [int(vr.lower), hi]
     with int_scope(entry.x64):
         run, graph, sources, state_avals = lowered(host, spec, cap, state)
-        dims = dict(zip(names, jax_export.symbolic_shape(",".join(names)))) if names else {}
+        # torch's range of each symbol as constraints, so JAX can decide what torch's guards
+        # decided (`pe[:n]` on a 32-row buffer is n rows when n <= 32)
+        bounds = [f"{n} >= {lo}" for n, (lo, _) in ranges.items() if lo > 1] + \
+                 [f"{n} <= {hi}" for n, (_, hi) in ranges.items() if hi is not None]
+        dims = dict(zip(names, jax_export.symbolic_shape(",".join(names), constraints=bounds))) if names else {}
         scalar = jax.ShapeDtypeStruct((), np.int64 if entry.x64 else np.int32, weak_type=True)
         sym_avals = [scalar if shape is None else
                      jax.ShapeDtypeStruct(tuple(dims[d] if isinstance(d, str) else d for d in shape), dt)
