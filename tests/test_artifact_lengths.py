@@ -3,10 +3,6 @@
 export, where torch cannot be imported."""
 from __future__ import annotations
 
-import os
-import pickle
-import subprocess
-import sys
 import warnings
 
 import numpy as np
@@ -17,20 +13,15 @@ import torch.nn as nn
 import dycl_jax
 from dycl_jax.errors import ExportCoverageWarning
 from examples.dynn import load
+import torch_free  # tests/: a subprocess where torch cannot be imported
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # each job: load the artifact and run its inputs with `import torch` failing
 RUNNER = """
-import sys
-sys.modules["torch"] = None
-import pickle
 import numpy as np
 import dycl_jax
-jobs = pickle.load(open(sys.argv[1], "rb"))
-out = {name: [tuple(np.asarray(v) for v in (lambda r: r if isinstance(r, tuple) else (r,))(dycl_jax.load(path)(*a)))
-              for a in inputs] for name, (path, inputs) in jobs.items()}
-out["torch loaded"] = [m for m, v in sys.modules.items() if m.split(".")[0] == "torch" and v is not None]
-pickle.dump(out, open(sys.argv[2], "wb"))
+for name, (path, inputs) in jobs.items():
+    model = dycl_jax.load(path)
+    out[name] = [tuple(np.asarray(v) for v in (r if isinstance(r, tuple) else (r,))) for r in map(lambda a: model(*a), inputs)]
 """
 
 
@@ -105,14 +96,7 @@ def lengths(tmp_path_factory):
             cases[name] = (model, by_length, ran, manifest, warned)
     jobs = {name: (str(root / name), [tuple(a.numpy() for a in by_length[n]) for n in sorted(by_length)])
             for name, (_, by_length, _, _, _) in cases.items()}
-    with open(root / "jobs.pkl", "wb") as f:
-        pickle.dump(jobs, f)
-    env = {**os.environ, "PYTHONPATH": ROOT, "JAX_PLATFORMS": "cpu"}
-    proc = subprocess.run([sys.executable, "-c", RUNNER, str(root / "jobs.pkl"), str(root / "out.pkl")],
-                          env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    with open(root / "out.pkl", "rb") as f:
-        results = pickle.load(f)
+    results = torch_free.run(root, RUNNER, jobs)
     return cases, results
 
 
