@@ -217,6 +217,30 @@ def state_avals_of(entry: Compiled, state: list) -> list:
             for s, v in entry.sources]
 
 
+def takes(group: list, shapes: list, ranges: dict, key: tuple) -> bool:
+    """Whether the program with symbolic sizes made for `group` serves signature `key`: the
+    group's form, sizes in its ranges, and its ints (by value) within a guard of the group."""
+    tree, leaves, grad, same = key
+    tree0, leaves0, entry = group[0]
+    if tree != tree0 or not grad or same or len(leaves) != len(leaves0):
+        return False
+    for i, (k, k0) in enumerate(zip(leaves, leaves0)):
+        if _is_array(k) != _is_array(k0):
+            return False
+        if _is_array(k):
+            if k[1] != k0[1] or len(k[0]) != len(k0[0]):
+                return False
+        elif i in entry.symbolic:
+            if k[0] is not int:
+                return False
+        elif k != k0:
+            return False
+    if not fits(shapes, leaves, entry.tensor_leaves, ranges):
+        return False
+    probe = [k[1] if i in entry.symbolic else None for i, k in enumerate(leaves)]
+    return any(e.guard is None or e.guard(probe) for _, _, e in group)
+
+
 def fits(shapes: list, leaves: tuple, index: list[int], ranges: dict) -> bool:
     """Whether a signature's array sizes are ones the symbolic program takes."""
     bound: dict[str, int] = {}
