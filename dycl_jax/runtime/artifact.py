@@ -34,19 +34,25 @@ def write_artifact(jm: "JaxModel", path: str, trace_capacity: int = 4096, strict
     if jm.host != "staged":  # the host program and its regions (runtime/hosted_export.py)
         from dycl_jax.runtime.hosted_export import write_hosted
         return write_hosted(jm, path, trace_capacity, strict)
+    updated = getattr(jm, "updated_paths", None)  # a train=True model (runtime/training.py)
+    fn, extra, train = jm._fn, [], None
+    if updated is not None:
+        fn, extra, train = _keyed(jm._fn, updated)
     with int_scope(jm.x64):
         state = [jax.ShapeDtypeStruct(np.shape(v), v.dtype) for v in jm._state_values()]
-        program, batch = _export_batched(jm, jm._fn, state)
+        program, batch = _export_batched(jm, fn, state, extra)
         log = DecisionLog(trace_capacity)
 
-        def traced(s: list, t: list) -> tuple:
+        def traced(s: list, t: list, *key: Any) -> tuple:
             log.start()
             with recording(log):
-                outs = jm._fn(s, t)
+                outs = fn(s, t, *key)
             return outs, log.log
 
-        trace = _export(traced, state, _input_avals(jm, {int(k): v for k, v in batch["symbols"].items()}))
-        inputs = [_input_spec(spec, aval) for spec, aval in zip(jm.signature.inputs, trace.in_avals[len(state):])]
+        trace = _export(traced, state, _input_avals(jm, {int(k): v for k, v in batch["symbols"].items()}), extra)
+        n_in = len(jm.signature.inputs)
+        inputs = [_input_spec(spec, aval) for spec, aval in
+                  zip(jm.signature.inputs, trace.in_avals[len(state):len(state) + n_in])]
     manifest = {
         "format": FORMAT,
         "host": jm.host,
@@ -58,6 +64,8 @@ def write_artifact(jm: "JaxModel", path: str, trace_capacity: int = 4096, strict
         "outputs": _tree_json(jm.signature.out_spec),
         "output_avals": [_aval_json(a) for a in program.out_avals],
         "state": jm.state_paths,
+        # train=True: the programs take a key's data last and return (outputs, updated statistics)
+        "train": train,
         # every data-dependent site the rewrite found, and (site, value kind) by id in the trace's log
         "decision_sites": [site for fn in (jm._report.rewritten if jm._report else []) for site in fn.dynamic_sites],
         "trace": {"capacity": trace_capacity, "sites": [list(s) for s in log.sites]},
@@ -75,31 +83,47 @@ def write_artifact(jm: "JaxModel", path: str, trace_capacity: int = 4096, strict
     return manifest
 
 
-def _export(fn: Any, state: list, inputs: list) -> jax_export.Exported:
+def _export(fn: Any, state: list, inputs: list, extra: list | tuple = ()) -> jax_export.Exported:
     """Export for CPU and CUDA where both lower; else for this machine's platform (JAX refuses
-    some lowerings for a platform whose plugin is not installed; the manifest lists platforms)."""
+    some lowerings for a platform whose plugin is not installed; the manifest lists platforms).
+    `extra`: avals of further arguments after the inputs (a train=True program's key data)."""
     try:
-        return jax_export.export(jax.jit(fn), platforms=PLATFORMS)(state, inputs)
+        return jax_export.export(jax.jit(fn), platforms=PLATFORMS)(state, inputs, *extra)
     except Exception:  # noqa: BLE001 - retried for this machine's platform; a real failure raises again
-        return jax_export.export(jax.jit(fn))(state, inputs)
+        return jax_export.export(jax.jit(fn))(state, inputs, *extra)
 
 
-def _export_batched(jm: "JaxModel", fn: Any, state: list) -> tuple[jax_export.Exported, dict]:
+def _keyed(fn: Any, updated: list[str]) -> tuple[Any, list, dict]:
+    """A train=True program taking its key as raw key data (a typed key is not a serializable
+    argument), the aval of that data, and the manifest's `train` record."""
+    sample = jax.random.key(0)
+    data = jax.random.key_data(sample)
+    impl = str(jax.random.key_impl(sample))
+
+    def keyed(s: list, t: list, key_data: Any) -> tuple:
+        return fn(s, t, jax.random.wrap_key_data(key_data, impl=impl))
+
+    record = {"updated": list(updated), "key": {"shape": list(data.shape), "dtype": np.dtype(data.dtype).name,
+                                                "impl": impl}}
+    return keyed, [jax.ShapeDtypeStruct(data.shape, data.dtype)], record
+
+
+def _export_batched(jm: "JaxModel", fn: Any, state: list, extra: list | tuple = ()) -> tuple[jax_export.Exported, dict]:
     """The plain program, with dimension 0 symbolic on every input the signature leaves dynamic:
     one symbol per input first, one shared symbol if the program ties them, else fixed."""
     dynamic = [i for i, s in enumerate(jm.signature.inputs) if s.shape and s.shape[0] is None]
     if not dynamic:
-        return _export(fn, state, _input_avals(jm, {})), {"dim0": "fixed", "symbols": {},
-                                                            "reason": "no input has a dynamic dimension 0"}
+        return _export(fn, state, _input_avals(jm, {}), extra), {"dim0": "fixed", "symbols": {},
+                                                                   "reason": "no input has a dynamic dimension 0"}
     errors = []
     for shared in (False, True):
         symbols = {i: "b" if shared else f"b{k}" for k, i in enumerate(dynamic)}
         try:
-            exp = _export(fn, state, _input_avals(jm, symbols))
+            exp = _export(fn, state, _input_avals(jm, symbols), extra)
             return exp, {"dim0": "symbolic", "symbols": {str(i): s for i, s in symbols.items()}}
         except Exception as exc:  # noqa: BLE001 - a symbolic shape the program cannot take: next option
             errors.append(f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}")
-    exp = _export(fn, state, _input_avals(jm, {}))
+    exp = _export(fn, state, _input_avals(jm, {}), extra)
     return exp, {"dim0": "fixed", "symbols": {}, "reason": "; ".join(errors)}
 
 

@@ -157,7 +157,8 @@ class _Writer:
             self.statements.update(n for n, _ in sts)
             out["sizes"] = [[n, list(s.ins), list(s.outs)] for n, s in sts]
         served: set[int] = set()  # signatures a symbolic program takes
-        out["symbolic"] = ints.widen(self, spec, part, fname) if part.variants else []
+        out["symbolic"], deferred = ints.widen(self, spec, part, fname) if part.variants else ([], [])
+        made: list[tuple] = []  # (group, shapes, ranges) of each program with symbolic sizes
         for group in symbolic.groups(part):
             result = self.symbolic(spec, rid, k, part, fname, group, len(out["entries"]), where)
             if isinstance(result, str):
@@ -170,7 +171,10 @@ class _Writer:
             for _, l, e in group:
                 fit[id(e)] = fit.get(id(e), True) and symbolic.fits(shapes, l, index, ranges)
             served |= {i for i, ok in fit.items() if ok}
+            made.append((group, shapes, ranges))
             out["symbolic"].append(f"{len(group)} signatures as one program, symbols {ranges}")
+        out["symbolic"] += ints.resolve_deferred(self, spec, part, fname, deferred,
+                                                 lambda key: any(symbolic.takes(*m, key) for m in made))
         for n_list, group in lists.groups(part):  # a list whose length changed: stacked, of symbolic length
             made = self.stacked(spec, rid, k, part, fname, n_list, group, out, where)
             if isinstance(made, str):

@@ -91,46 +91,112 @@ def describe(key: list) -> str:
     return ", ".join(one(k) for k in key)
 
 
-def widen(writer: Any, spec: Any, part: Part, fname: str) -> list[str]:
+def widen(writer: Any, spec: Any, part: Part, fname: str) -> tuple[list[str], list[tuple]]:
     """For a program over one symbolic int whose guard (torch.export's, e.g. `t <= 8`) leaves out
     values in [0, _SCAN) that no other program of its signature takes, capture the part at the
     first such value (up to _WIDEN times), so that the artifact serves it. Returns a note per
-    signature where values stay unserved."""
-    notes = []
+    signature where values stay unserved, and the captures deferred (`resolve_deferred`).
+
+    Signatures that differ only in array sizes (a decode loop's growing `seqs` at each step)
+    form a family: only enough of them to show every size that varies are captured here, so
+    that the new programs group into one with symbolic sizes (hosted_symbolic.py); the others
+    are deferred, and captured only where that program does not take them."""
+    notes: list[str] = []
+    deferred: list[tuple] = []
+    families: dict[Any, list] = {}
     for group in list(part.variants.values()):
         leaves_of = {frozenset(e.symbolic) for e in group}
         if len(leaves_of) != 1 or len(next(iter(leaves_of))) != 1 or not part.served.get(id(group[0])):
             continue
         symbolic_leaves = next(iter(leaves_of))
-        (leaf,) = symbolic_leaves
         tree, keys, grad, same = next(iter(part.served[id(group[0])]))
-        name = _leaf_names(part.ins, tree, [leaf])[0]
-        covered: set[int] = set()  # values given a static program here
-        for _ in range(_WIDEN):
-            value = _unguarded(group, leaf, len(keys), covered)
-            if value is None:
-                break
-            covered.add(value)
-            key = (tree, keys[:leaf] + ((int, value),) + keys[leaf + 1:], grad, same)
-            if key in part.cache:  # the live host compiled it with the int as a constant
-                continue
-            new = _capture_at(writer, spec, part, fname, key, symbolic_leaves)
-            if isinstance(new, str):
-                notes.append(f"`{name}` from {value} on: the statements fail there ({new})")
-                break
-            if new.symbolic == group[0].symbolic:
-                group.append(new)
-                part.cache[("variant", id(new))] = new  # the live host reuses it too: the same program
-                part.served[id(new)] = {key: None}
-            else:  # the int is a constant there (as the live host would compile it): that value only
-                part.cache[key] = new
-                writer.widened.add(id(new))
-        else:
-            value = _unguarded(group, leaf, len(keys), covered)
-            if value is not None:
-                notes.append(f"`{name}` = {value}: outside every program's guard after {_WIDEN} more captures")
-                _uncovered_value(writer, spec, part, name, value)
+        shape_free = tuple((len(k[0]), k[1]) if _is_array(k) else None if i in symbolic_leaves else k
+                           for i, k in enumerate(keys))
+        families.setdefault((tree, shape_free, grad, same, symbolic_leaves), []).append(group)
+    for family in families.values():
+        family.sort(key=lambda g: -_volume(next(iter(part.served[id(g[0])]))[1]))  # the largest first
+        shown = _showing(family, part)
+        for n, group in enumerate(family):
+            notes += _widen_group(writer, spec, part, fname, group, None if n in shown else deferred)
+    return notes, deferred
+
+
+def _widen_group(writer: Any, spec: Any, part: Part, fname: str, group: list[Compiled],
+                 deferred: list | None) -> list[str]:
+    """widen() for one signature's programs; with `deferred`, the captures are listed there instead."""
+    notes = []
+    symbolic_leaves = frozenset(group[0].symbolic)
+    (leaf,) = symbolic_leaves
+    tree, keys, grad, same = next(iter(part.served[id(group[0])]))
+    name = _leaf_names(part.ins, tree, [leaf])[0]
+    covered: set[int] = set()  # values given a static program here
+    for _ in range(_WIDEN):
+        value = _unguarded(group, leaf, len(keys), covered)
+        if value is None:
+            break
+        covered.add(value)
+        key = (tree, keys[:leaf] + ((int, value),) + keys[leaf + 1:], grad, same)
+        if key in part.cache:  # the live host compiled it with the int as a constant
+            continue
+        if deferred is not None:  # resolve_deferred widens this group from here, if it must
+            deferred.append((group, key, leaf, value))
+            return notes
+        new = _capture_at(writer, spec, part, fname, key, symbolic_leaves)
+        if isinstance(new, str):
+            notes.append(f"`{name}` from {value} on: the statements fail there ({new})")
+            break
+        _file(writer, part, group, key, new)
+    else:
+        value = _unguarded(group, leaf, len(keys), covered)
+        if value is not None:
+            notes.append(f"`{name}` = {value}: outside every program's guard after {_WIDEN} more captures")
+            _uncovered_value(writer, spec, part, name, value)
     return notes
+
+
+def _file(writer: Any, part: Part, group: list[Compiled], key: tuple, new: Compiled) -> None:
+    if new.symbolic == group[0].symbolic:
+        group.append(new)
+        part.cache[("variant", id(new))] = new  # the live host reuses it too: the same program
+        part.served[id(new)] = {key: None}
+    else:  # the int is a constant there (as the live host would compile it): that value only
+        part.cache[key] = new
+        writer.widened.add(id(new))
+
+
+def resolve_deferred(writer: Any, spec: Any, part: Part, fname: str, deferred: list[tuple],
+                     served: Any) -> list[str]:
+    """Widen each deferred signature's programs as widen() would have, unless a program with
+    symbolic sizes serves its first unguarded value (`served(key)`); returns notes."""
+    notes = []
+    for group, key, _, _ in deferred:
+        if not served(key):
+            notes += _widen_group(writer, spec, part, fname, group, None)
+    return notes
+
+
+def _is_array(k: Any) -> bool:
+    return isinstance(k, tuple) and len(k) == 2 and isinstance(k[0], tuple)
+
+
+def _volume(keys: tuple) -> int:
+    return sum(int(np.prod(k[0])) for k in keys if _is_array(k))
+
+
+def _showing(family: list, part: Part) -> set[int]:
+    """Indices of family members that together show every array dimension whose size varies
+    in the family (the first, then each that differs from it in a dimension not yet shown)."""
+    sigs = [next(iter(part.served[id(g[0])]))[1] for g in family]
+    first = sigs[0]
+    varying = {(i, d) for s in sigs for i, k in enumerate(s) if _is_array(k)
+               for d in range(len(k[0])) if k[0][d] != first[i][0][d]}
+    chosen, shown = {0}, set()
+    for n, s in enumerate(sigs[1:], 1):
+        new = {(i, d) for i, d in varying if s[i][0][d] != first[i][0][d]} - shown
+        if new:
+            chosen.add(n)
+            shown |= new
+    return chosen
 
 
 def _unguarded(group: list[Compiled], leaf: int, n: int, covered: set[int]) -> int | None:

@@ -142,7 +142,11 @@ def export_captured(host: DispatchHost, spec: Any, cap: Any, entry: Compiled, st
             ranges[str(sym)] = [int(vr.lower), hi]
     with int_scope(entry.x64):
         run, graph, sources, state_avals = lowered(host, spec, cap, state)
-        dims = dict(zip(names, jax_export.symbolic_shape(",".join(names)))) if names else {}
+        # torch's range of each symbol as constraints, so JAX can decide what torch's guards
+        # decided (`pe[:n]` on a 32-row buffer is n rows when n <= 32)
+        bounds = [f"{n} >= {lo}" for n, (lo, _) in ranges.items() if lo > 1] + \
+                 [f"{n} <= {hi}" for n, (_, hi) in ranges.items() if hi is not None]
+        dims = dict(zip(names, jax_export.symbolic_shape(",".join(names), constraints=bounds))) if names else {}
         scalar = jax.ShapeDtypeStruct((), np.int64 if entry.x64 else np.int32, weak_type=True)
         sym_avals = [scalar if shape is None else
                      jax.ShapeDtypeStruct(tuple(dims[d] if isinstance(d, str) else d for d in shape), dt)
@@ -211,6 +215,30 @@ def small_sizes(host: DispatchHost, spec: Any, part: Part, fns: list, group: lis
 def state_avals_of(entry: Compiled, state: list) -> list:
     return [jax.ShapeDtypeStruct(np.shape(state[v] if s else v), (state[v] if s else v).dtype)
             for s, v in entry.sources]
+
+
+def takes(group: list, shapes: list, ranges: dict, key: tuple) -> bool:
+    """Whether the program with symbolic sizes made for `group` serves signature `key`: the
+    group's form, sizes in its ranges, and its ints (by value) within a guard of the group."""
+    tree, leaves, grad, same = key
+    tree0, leaves0, entry = group[0]
+    if tree != tree0 or not grad or same or len(leaves) != len(leaves0):
+        return False
+    for i, (k, k0) in enumerate(zip(leaves, leaves0)):
+        if _is_array(k) != _is_array(k0):
+            return False
+        if _is_array(k):
+            if k[1] != k0[1] or len(k[0]) != len(k0[0]):
+                return False
+        elif i in entry.symbolic:
+            if k[0] is not int:
+                return False
+        elif k != k0:
+            return False
+    if not fits(shapes, leaves, entry.tensor_leaves, ranges):
+        return False
+    probe = [k[1] if i in entry.symbolic else None for i, k in enumerate(leaves)]
+    return any(e.guard is None or e.guard(probe) for _, _, e in group)
 
 
 def fits(shapes: list, leaves: tuple, index: list[int], ranges: dict) -> bool:

@@ -54,6 +54,11 @@ class LoadedModel:
             self._program = jax.jit(_read(path, PROGRAM).call)
             self._trace = jax.jit(_read(path, TRACE).call)
         self._sites = [tuple(s) for s in manifest["trace"]["sites"]]
+        # a train=True program: takes key data last, returns (outputs, updated statistics)
+        self._train = manifest.get("train")
+        if self._train is not None:
+            state = manifest["state"]
+            self._updated = [[i for i, q in enumerate(state) if q == p] for p in self._train["updated"]]
         # arguments that are exactly the inputs, in order: a passed (type, shape, dtype) key is
         # remembered, so a repeat call skips the structure walk and the checks
         n = len(manifest["inputs"])
@@ -64,14 +69,52 @@ class LoadedModel:
         # a program holding int64 values beyond int32 was exported (and runs) in 64-bit mode
         return jax.enable_x64(True) if self.x64 else contextlib.nullcontext()
 
-    def __call__(self, *args: Any) -> Any:
+    def __call__(self, *args: Any, key: Any = None) -> Any:
+        """The outputs, as `jm(*args)`. A train=True artifact takes `key` (a `jax.random.key`,
+        its key data, or an int seed) for its random ops and returns `(outputs, updated)`:
+        the new BatchNorm statistics by torch path, which it also keeps for its next call, as
+        `jm(...)` updates `jm.module`."""
         with self._scope():
-            return self._outputs(self._program(self._state, self._bind(args)))
+            if self._train is None:
+                if key is not None:
+                    raise CallError("this artifact was exported from an inference conversion; it takes no key",
+                                    fix="call it without key=, or export a train=True conversion")
+                return self._outputs(self._program(self._state, self._bind(args)))
+            outs, new = self._program(self._state, self._bind(args), self._key(key))
+            return self._outputs(outs), self._update(new)
 
-    def trace(self, *args: Any) -> tuple[Any, list[Decision]]:
-        """(outputs, decisions) as `JaxModel.trace` gives them, read from the traced program's log."""
+    def _key(self, key: Any) -> Any:
+        spec = self._train["key"]  # type: ignore[index]
+        if key is None:
+            raise CallError("a train=True artifact needs key= for its random ops (dropout, ...)",
+                            fix="pass key=jax.random.key(seed)")
+        if isinstance(key, int) and not isinstance(key, bool):
+            key = jax.random.key(key, impl=spec["impl"])
+        if jax.dtypes.issubdtype(getattr(key, "dtype", None), jax.dtypes.prng_key):
+            if str(jax.random.key_impl(key)) != spec["impl"]:
+                raise CallError(f"the key is a {jax.random.key_impl(key)} key; this artifact draws with {spec['impl']}",
+                                fix=f"pass jax.random.key(seed, impl={spec['impl']!r})")
+            key = jax.random.key_data(key)
+        data = np.asarray(key)
+        if list(data.shape) != spec["shape"] or data.dtype.name != spec["dtype"]:
+            raise CallError(f"key: expected a key or its data {spec['dtype']}{spec['shape']}, "
+                            f"got {data.dtype.name}{list(data.shape)}", fix="pass key=jax.random.key(seed)")
+        return data
+
+    def _update(self, new: Any) -> dict[str, Any]:
+        for where, value in zip(self._updated, new):
+            for i in where:
+                self._state[i] = value
+        return dict(zip(self._train["updated"], new))  # type: ignore[index]
+
+    def trace(self, *args: Any, key: Any = None) -> tuple[Any, list[Decision]]:
+        """(outputs, decisions) as `JaxModel.trace` gives them, read from the traced program's log
+        (a train=True artifact: given `key`, and its statistics are left as they are)."""
         with self._scope():
-            outs, (ids, values, margins, count) = self._trace(self._state, self._bind(args))
+            if self._train is None:
+                outs, (ids, values, margins, count) = self._trace(self._state, self._bind(args))
+            else:
+                (outs, _), (ids, values, margins, count) = self._trace(self._state, self._bind(args), self._key(key))
             outputs = self._outputs(outs)
         ids, values, margins, n = np.asarray(ids), np.asarray(values), np.asarray(margins), int(count)
         capacity = self.manifest["trace"]["capacity"]

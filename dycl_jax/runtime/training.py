@@ -76,10 +76,15 @@ class TrainingJaxModel(JaxModel):
     def padded(self, *args: Any) -> Any:
         raise CallError("a model converted with train=True has no padded form", fix="call jm(...) or jm.apply(...)")
 
-    def export(self, path: str, *, trace_capacity: int = 4096) -> dict:
-        raise CallError("a model converted with train=True is not exported (an artifact serves inference)",
-                        fix="train in JAX, write the weights back with dycl_jax.runtime.state.to_state_dict, and "
-                            "export an inference conversion (train=False)")
+    def export(self, path: str, *, trace_capacity: int = 4096, strict: bool = False) -> dict:
+        """The training-mode program as an artifact (staged host): `dycl_jax.load(path)(*args,
+        key=k)` returns `(outputs, updated statistics by torch path)`, see runtime/loaded.py."""
+        if self.host != "staged":
+            raise CallError("a train=True model on the dispatch host is not exported: its regions draw keys "
+                            "and update statistics as the host runs them",
+                            fix="convert with host=\"staged\" where the model allows it, or export an "
+                                "inference conversion (train=False)")
+        return super().export(path, trace_capacity=trace_capacity, strict=strict)
 
     def _traced_outputs(self, outs: Any) -> Any:
         return self.signature.unflatten(outs[0])

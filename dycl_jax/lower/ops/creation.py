@@ -4,7 +4,9 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 import jax.numpy as jnp
+from jax import core
 from jax import lax
+from jax.export import is_symbolic_dim
 import numpy as np
 import torch
 
@@ -14,17 +16,18 @@ from dycl_jax.lower.ops._util import aten, jdtype
 from dycl_jax.lower.registry import register
 
 
-def _shape(size: Sequence[Any], op: str) -> tuple[int, ...]:
-    """A static shape: XLA needs every size known when the graph is traced."""
+def _shape(size: Sequence[Any], op: str) -> tuple[Any, ...]:
+    """A shape XLA knows when the graph is traced: ints, or `jax.export` symbolic dimensions
+    (a size read from an input's symbolic shape, as an exported dispatch region has)."""
     dims = tuple(size) if isinstance(size, (list, tuple)) else (size,)
     for d in dims:
-        if not isinstance(d, (int, np.integer)):
+        if not isinstance(d, (int, np.integer)) and not is_symbolic_dim(d):
             raise DyclError(
                 f"{op} got a size computed from tensor values ({type(d).__name__}); "
                 "JAX arrays need sizes known at trace time",
                 fix="derive the size from input shapes (x.shape[i]) instead of from tensor data",
             )
-    return tuple(int(d) for d in dims)
+    return tuple(d if is_symbolic_dim(d) else int(d) for d in dims)
 
 
 def _default_dtype(fill: Any) -> Any:
@@ -153,7 +156,7 @@ def zero(x):
 def _number(v: Any, op: str) -> Any:
     if isinstance(v, bool):  # a Python bool bound counts as 0 or 1, as in torch
         return int(v)
-    if isinstance(v, (int, float, np.integer, np.floating)):
+    if isinstance(v, (int, float, np.integer, np.floating)) or is_symbolic_dim(v):
         return v
     raise DyclError(
         f"{op} got a bound computed from tensor values ({type(v).__name__}); its length must be "
@@ -172,6 +175,8 @@ def _c_div(a: int, b: int) -> int:
 def arange(*args, dtype=None, layout=None, device=None, pin_memory=None):
     bounds = [_number(v, "arange") for v in args]
     start, end, step = (0, bounds[0], 1) if len(bounds) == 1 else (*bounds, 1)[:3]
+    if any(is_symbolic_dim(v) for v in (start, end, step)):
+        return _symbolic_arange(start, end, step, dtype)
     integral = all(isinstance(v, (int, np.integer)) for v in (start, end, step))
     out_dtype = jdtype(dtype) or (int64() if integral else jnp.float32)
     if not jnp.issubdtype(out_dtype, jnp.integer):
@@ -193,6 +198,22 @@ def arange(*args, dtype=None, layout=None, device=None, pin_memory=None):
     check_int32(xstart, "arange start")
     check_int32(xstart + xstep * max(n - 1, 0), "arange end")
     return xstart + xstep * jnp.arange(n, dtype=out_dtype)
+
+
+def _symbolic_arange(start: Any, end: Any, step: Any, dtype: Any) -> Any:
+    """arange over a symbolic size (`torch.arange(x.size(1))` in an exported region): integer
+    bounds only, so the length is exact symbolic arithmetic; the step must be a known int."""
+    if not all(isinstance(v, (int, np.integer)) or is_symbolic_dim(v) for v in (start, end)) \
+            or not isinstance(step, (int, np.integer)) or step == 0:
+        raise DyclError("arange over a symbolic size takes integer bounds and a nonzero integer step",
+                        fix="give arange integer bounds derived from input shapes")
+    out_dtype = jdtype(dtype) or int64()
+    if step > 0:  # ceil((end - start) / step), at least 0, as torch's int64 kernel counts
+        n = core.max_dim((end - start + step - 1) // step, 0)
+    else:
+        n = core.max_dim((start - end - step - 1) // -step, 0)
+    index = jnp.arange(n, dtype=out_dtype if jnp.issubdtype(out_dtype, jnp.integer) else jnp.int32)
+    return (start + step * index).astype(out_dtype)
 
 
 @register(aten.linspace.default)

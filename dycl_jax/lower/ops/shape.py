@@ -6,16 +6,18 @@ from typing import Any, Sequence
 import jax
 import jax.numpy as jnp
 import torch
-from jax import lax
+from jax import core, lax
+from jax.export import is_symbolic_dim
 
 from dycl_jax.errors import DataDependentError, DyclError
 from dycl_jax.lower.ops._util import aten, jdtype, norm_dim, norm_dims
 from dycl_jax.lower.registry import register
 
 
-def static_int(v: Any, what: str) -> int | None:
-    """A Python int (or None) for a size argument; a value computed from tensor data raises."""
-    if v is None or isinstance(v, int):
+def static_int(v: Any, what: str) -> Any:
+    """A Python int (or None) for a size argument, or a `jax.export` symbolic dimension (a size
+    of an input exported with symbolic shapes); a value computed from tensor data raises."""
+    if v is None or isinstance(v, int) or is_symbolic_dim(v):
         return v
     if isinstance(v, jax.core.Tracer):
         raise DataDependentError(
@@ -27,16 +29,34 @@ def static_int(v: Any, what: str) -> int | None:
     return int(v)
 
 
-def slice_bounds(size: int, start: Any, end: Any, step: int) -> tuple[int, int]:
+def slice_bounds(size: Any, start: Any, end: Any, step: int) -> tuple[Any, Any]:
     """torch slice bounds clamped to [0, size] (start/end may be None, negative or ~2**63)."""
     start, end = static_int(start, "a slice start"), static_int(end, "a slice end")
     step = static_int(step, "a slice step")
-    if step <= 0:
-        raise DyclError(f"slice step must be positive, got {step}", fix="use flip() for reversed slices")
+    if not isinstance(step, int) or step <= 0:
+        raise DyclError(f"slice step must be a positive int, got {step}", fix="use flip() for reversed slices")
+    if any(is_symbolic_dim(v) for v in (size, start, end)):
+        lo = _symbolic_bound(start, size, 0)
+        return lo, core.max_dim(lo, _symbolic_bound(end, size, size))
     # Python's slice.indices has torch's semantics for positive steps and works on arbitrary
     # Python ints, so INT64_MAX "to the end" never reaches int32.
     lo, hi, _ = slice(start, end, step).indices(size)
     return lo, max(lo, hi)
+
+
+def _symbolic_bound(v: Any, size: Any, default: Any) -> Any:
+    """One slice bound clamped to [0, size] where the size or the bound is symbolic. A symbolic
+    bound must be provably non-negative (JAX refuses to decide the sign otherwise, and the
+    caller then exports per signature)."""
+    if v is None:
+        return default
+    if isinstance(v, int):
+        if v >= 2**31:  # torch's "to the end" (INT64_MAX): no array is that long
+            return size
+        return core.max_dim(v + size, 0) if v < 0 else core.min_dim(v, size)
+    if not v >= 0:
+        raise DyclError(f"a symbolic slice bound {v} may be negative", fix="slice with non-negative bounds")
+    return core.min_dim(v, size)
 
 
 @register(aten.view.default, aten._unsafe_view.default, aten.view_copy.default, aten.reshape.default)

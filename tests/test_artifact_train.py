@@ -1,0 +1,93 @@
+"""Training-mode artifacts: `to_jax(..., train=True)` exported (staged host) and run where torch
+cannot be imported, with a key argument, against the ORIGINAL torch model in training mode:
+outputs and updated BatchNorm statistics, and the same key giving the same dropout mask."""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+import torch
+
+import dycl_jax
+from dycl_jax.errors import CallError
+import torch_free  # tests/: a subprocess where torch cannot be imported
+from test_train_mode import DIM, _fresh, _inputs, _shifted  # pytest puts tests/ on sys.path
+
+# per job: load, then call with each (inputs, key seed) in turn (statistics carried between calls)
+RUNNER = """
+import jax
+import numpy as np
+import dycl_jax
+for name, (path, calls) in jobs.items():
+    model = dycl_jax.load(path)
+    runs = []
+    for args, seed in calls:
+        (y, exit_), stats = model(*args, key=jax.random.key(seed) if seed % 2 else seed)
+        runs.append((np.asarray(y), int(exit_), {k: np.asarray(v) for k, v in stats.items()}))
+    _, decisions = model.trace(*calls[0][0], key=0)
+    out[name] = (runs, [tuple(d) for d in decisions])
+    try:
+        model(*calls[0][0])
+        out[name + " no key"] = None
+    except dycl_jax.DyclError as err:
+        out[name + " no key"] = type(err).__name__
+"""
+
+
+def test_train_artifact_matches_torch_statistics_and_keys(tmp_path) -> None:
+    model, ref = _fresh()  # ref: the torch twin in training mode, dropout p=0
+    base = _inputs()
+    jm = dycl_jax.to_jax(model.eval(), (base,), train=True)
+    assert jm.host == "staged"
+    manifest = jm.export(str(tmp_path / "p0"))
+    assert manifest["train"]["updated"] == jm.updated_paths
+    # dropout p=0.5: the same artifact program with a random mask
+    noisy, _ = _fresh(p=0.5)
+    jn = dycl_jax.to_jax(noisy.eval(), (base,), train=True)
+    jn.export(str(tmp_path / "p5"))
+    paths = [(True, True), (False, False), (True, False)]
+    calls = [((_shifted(model, base + 0.1 * k, g, e).numpy(),), k) for k, (g, e) in enumerate(paths)]
+    x = calls[0][0]
+    noisy_calls = [(x, 3), (x, 3), (x, 4)]  # a typed key twice, then another one
+    out = torch_free.run(tmp_path, RUNNER, {"p0": (str(tmp_path / "p0"), calls),
+                                            "p5": (str(tmp_path / "p5"), noisy_calls)})
+    assert out["torch loaded"] == [] and out["p0 no key"] == "CallError"
+    runs, decisions = out["p0"]
+    for k, ((args, _), (y, exit_, stats)) in enumerate(zip(calls, runs)):
+        want_y, want_exit = ref(torch.from_numpy(args[0]))  # torch in training mode, statistics updated
+        assert exit_ == want_exit == (0 if paths[k][1] else 1), k
+        np.testing.assert_allclose(y, want_y.detach().numpy(), rtol=1e-4, atol=1e-5, err_msg=f"call {k}")
+        buffers = dict(ref.named_buffers())
+        assert set(stats) == set(jm.updated_paths)
+        for name, value in stats.items():  # counts exactly, floats within 1e-5
+            want = buffers[name].numpy()
+            if want.dtype == np.int64:
+                assert int(value) == int(want), (k, name)
+            else:
+                np.testing.assert_allclose(value, want, rtol=1e-5, atol=1e-5, err_msg=f"call {k} {name}")
+    # the traced program reports the gate's and the exit's decisions (statistics left alone)
+    assert [v for _, v in decisions] == [True, True]
+    (a, _, sa), (b, _, sb), (c, _, _) = out["p5"][0]
+    assert np.array_equal(a, b) and not np.array_equal(a, c)  # the same key, the same mask
+    # the artifact keeps its statistics between calls: the second call saw the first's update
+    assert int(sb["stem.1.num_batches_tracked"]) == int(sa["stem.1.num_batches_tracked"]) + 1 == 2
+
+
+class Normed(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.norm = torch.nn.BatchNorm1d(DIM)
+
+    def forward(self, x):
+        h = self.norm(x)
+        if h.sum().item() > 0:  # read on the host
+            h = h * 2
+        return h
+
+
+def test_train_export_on_the_dispatch_host_is_refused(tmp_path) -> None:
+    jm = dycl_jax.to_jax(Normed().eval(), (_inputs(),), train=True, host="dispatch")
+    with pytest.raises(CallError) as info:
+        jm.export(str(tmp_path / "d"))
+    assert "host=\"staged\"" in info.value.fix and not os.path.exists(tmp_path / "d")
