@@ -72,11 +72,15 @@ class Rerolled:
 
     def _run(self, run: Run, stacks: list[Any], env: dict, load: Any) -> None:
         carried = set(run.carried)
+        # one gather gives every block its `select(x, dim, t)`, where only the body reads it
+        gathered = {q for q in run.gathered if all(u in self._inside and _pos(run, u) in carried
+                                                   for seg in run.segments for u in seg[q].users)}
         for seg in run.segments:  # free nodes read only values from before the run and each other
             for q, node in enumerate(seg):
-                if q not in carried and node in self._step:
+                if q not in carried and q not in gathered and node in self._step:
                     run_step(self._step[node], env, load)
-        per_block = [[env[seg[q]] for seg in run.segments] for q in run.xs]
+        per_block = [_gather(run, q, env) if q in gathered else [env[seg[q]] for seg in run.segments]
+                     for q in run.xs]
         init = [env[run.init[p]] for p in run.carry]
         if not _scannable(per_block, init):
             for group, stack in zip(run.groups, stacks):
@@ -95,7 +99,7 @@ class Rerolled:
         carry_nodes = [before[p] for p in run.carry]
         xs_nodes = [tmpl[q] for q in run.xs]
         group_nodes = [grp[1] for grp in run.groups]
-        xs = [jnp.stack([jnp.asarray(v) for v in vals]) for vals in per_block]
+        xs = [vals if isinstance(vals, jax.Array) else jnp.stack([jnp.asarray(v) for v in vals]) for vals in per_block]
         init = [jnp.asarray(v) for v in init]
 
         def body(carry: list[Any], block: tuple[list[Any], list[Any]]) -> tuple[list[Any], None]:
@@ -115,10 +119,25 @@ class Rerolled:
         return final
 
 
-def _scannable(per_block: list[list[Any]], init: list[Any]) -> bool:
+def _pos(run: Run, node: torch.fx.Node) -> int:
+    return next(seg.index(node) for seg in run.segments if node in seg)
+
+
+def _gather(run: Run, q: int, env: dict) -> Any:
+    """The blocks' `select(x, dim, t_k)` stacked on a new leading axis: one gather of x."""
+    x, dim = (env[a] if isinstance(a, torch.fx.Node) else a for a in run.segments[0][q].args[:2])
+    x = jnp.asarray(x)
+    dim = dim % x.ndim
+    index = jnp.asarray([seg[q].args[2] % x.shape[dim] for seg in run.segments], jnp.int32)
+    return jnp.moveaxis(jnp.take(x, index, axis=dim), dim, 0)
+
+
+def _scannable(per_block: list[Any], init: list[Any]) -> bool:
     """Whether the blocks' values stack: arrays of one shape and dtype (Python values are part of
     a block's program, so blocks whose values differ are not one program)."""
     for vals in per_block:
+        if isinstance(vals, jax.Array):
+            continue
         if not all(isinstance(v, (jax.Array, jnp.ndarray)) for v in vals):
             return False
         if len({(v.shape, v.dtype) for v in vals}) != 1:

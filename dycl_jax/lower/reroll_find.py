@@ -30,10 +30,11 @@ class Run:
     """Segments `segments[0..n)` (node lists of equal length) that lower as one `lax.scan`."""
 
     segments: list[list[torch.fx.Node]]
-    carried: list[int]  # positions of the carried nodes, in order
+    carried: list[int]  # positions the scan body computes, in order: carried nodes and free ones equal in every segment
     carry: list[int]  # positions whose values the next segment reads: the scan's carry
     init: dict[int, torch.fx.Node]  # carry position -> the value before the run (read by segment 0)
-    xs: list[int]  # positions of free nodes the carried nodes read: stacked per segment
+    xs: list[int]  # positions of the other free nodes that the body reads: stacked per segment
+    gathered: set[int] = field(default_factory=set)  # of xs: `select(x, dim, t)` with only t varying (one gather)
     groups: list[tuple[torch.fx.Node, ...]] = field(default_factory=list)  # state placeholders stacked, per segment
 
     @property
@@ -205,14 +206,27 @@ def _build(segs: list[list[torch.fx.Node]], carried_sets: list[set], sig: tuple,
                     slot_state[(q, i)] = refs
                 elif len(set(refs)) != 1:
                     return None
+    body = _body_free(segs, carried, signer, pos)
+    if body is None:
+        return None
+    xs -= body
+    carried = sorted(set(carried) | body)
+    for q in body:  # what the body's free nodes read: the other free nodes, stacked
+        for a in _slots(segs[0][q]):
+            if a in pos[0] and a.op != "get_attr" and pos[0][a] not in carried:
+                xs.add(pos[0][a])
     # carried values nothing later reads except through the carry
-    run_nodes = {x for seg in segs for x in seg}
+    where = {x: (k, q) for k, seg in enumerate(segs) for q, x in enumerate(seg)}
+    inside = set(carried)
     for k, seg in enumerate(segs):
         for q in carried:
             for user in seg[q].users:
-                if user in run_nodes:
+                if user not in where:  # after the run: only the last block's carry is there
+                    if k != len(segs) - 1 or q not in carry:
+                        return None
                     continue
-                if k != len(segs) - 1 or q not in carry:
+                kk, qq = where[user]
+                if qq not in inside or (kk != k and (kk != k + 1 or q not in carry)):
                     return None
     # a stacked placeholder is read only at its slot, by its own segment's carried nodes
     groups = list(dict.fromkeys(tuple(v) for v in slot_state.values()))
@@ -223,4 +237,33 @@ def _build(segs: list[list[torch.fx.Node]], carried_sets: list[set], sig: tuple,
         for k, ph in enumerate(g):
             if any(u not in segs[k] or pos[k][u] not in carried for u in ph.users):
                 return None
-    return Run(segs, carried, sorted(carry), init, sorted(xs), groups)
+    gathered = {q for q in xs if _gatherable([seg[q] for seg in segs])}
+    return Run(segs, carried, sorted(carry), init, sorted(xs), gathered=gathered, groups=groups)
+
+
+def _body_free(segs: list[list[torch.fx.Node]], carried: list[int], signer: _Signer,
+               pos: list[dict]) -> set[int] | None:
+    """Free positions the scan body can compute: equal in every segment (constants included),
+    reading no state of their own block and read by no free node that is not."""
+    full = [signer.sign(seg, set(seg), [], set()) for seg in segs]
+    free = [q for q in range(len(segs[0])) if q not in set(carried) and segs[0][q].op == "call_function"]
+    body = {q for q in free if all(f[q] == full[0][q] for f in full)
+            and not any(a in signer.state for a in segs[0][q].all_input_nodes)}
+    changed = True
+    while changed:  # a node computed outside the body needs its inputs outside too
+        changed = False
+        for q in free:
+            if q in body:
+                continue
+            for a in segs[0][q].all_input_nodes:
+                if a in pos[0] and pos[0][a] in body:
+                    body.discard(pos[0][a])
+                    changed = True
+    return body
+
+
+def _gatherable(nodes: list[torch.fx.Node]) -> bool:
+    """`select(x, dim, t_k)` in every segment, on one x and dim: the blocks' values are one gather."""
+    first = nodes[0]
+    return all(n.target is torch.ops.aten.select.int and len(n.args) == 3 and not n.kwargs
+               and n.args[:2] == first.args[:2] and isinstance(n.args[2], int) for n in nodes)
