@@ -23,6 +23,7 @@ from dycl_jax.host.select import HOSTS, dispatch_reason, staged_refusal, user_lo
 from dycl_jax.host.staged import keyed_fn, staged_fn
 from dycl_jax.lower.int_ranges import describe_ints, int64_verdict, int_scope
 from dycl_jax.lower.interpreter import LoweredGraph
+from dycl_jax.lower.reroll import reroll
 from dycl_jax.report.build import build_report
 from dycl_jax.report.dispatch import build_dispatch_report
 from dycl_jax.rewrite.api import UnrollOption, dispatch_plan, rewritten, staging
@@ -31,7 +32,7 @@ from dycl_jax.runtime.decoded import finish
 from dycl_jax.runtime.model import JaxModel
 from dycl_jax.runtime.signature import CallSignature
 from dycl_jax.runtime.training import TrainingJaxModel
-from dycl_jax.runtime.state import build_module, canonical_paths
+from dycl_jax.runtime.state import build_module, canonical_paths, stack_groups
 
 
 @exclusive
@@ -121,9 +122,11 @@ def _staged(model: torch.nn.Module, args: tuple, method: str, dynamic_batch: boo
     with int_scope(ints.wide):
         graph = LoweredGraph.build(cap.ep.graph_module, name=f"{type(model).__name__}.{method}")
         module, variables = build_module(cap.state)
+        program, variables, value_paths = _rerolled(graph, module, variables, [e.path for e in cap.state])
         t2, c2 = time.perf_counter(), time.process_time()
-        jm = JaxModel(module, variables, canonical_paths(module, variables), staged_fn(graph), CallSignature.of(cap),
+        jm = JaxModel(module, variables, canonical_paths(module, variables), staged_fn(program), CallSignature.of(cap),
                       "staged", x64=ints.wide, finish=finish if unroll is not None else None)
+        jm._value_paths = value_paths
         step("check")
         # Trace once on the example's shapes (no compile, no compute): every lowering and every
         # branch-shape check runs now, so problems surface at conversion rather than first call.
@@ -144,6 +147,19 @@ def _staged(model: torch.nn.Module, args: tuple, method: str, dynamic_batch: boo
                                {p: type(m) for p, m in model.named_modules(remove_duplicate=False)},
                                [s.name for s in cap.inputs], cap.out_spec, type(model).__name__, ints.wide)
     return jm
+
+
+def _rerolled(graph: LoweredGraph, module: Any, variables: list, paths: list[str]) -> tuple[Any, list, list[str]]:
+    """The program with its runs of identical gated blocks as scans over their stacked state
+    (lower/reroll.py), its variables (each stacked role once) and the torch path of each kept one."""
+    program = reroll(graph, len(variables))
+    stacked = None
+    if program is not None:
+        index = {p: k for k, p in enumerate(graph.placeholders)}
+        stacked = stack_groups(module, variables, paths, [[index[p] for p in g] for g in program.groups])
+    if program is None or stacked is None:
+        return graph, variables, paths
+    return program, stacked, [paths[k] for k in program.kept] + [""] * len(program.groups)
 
 
 def _graph_only(ep: torch.export.ExportedProgram) -> torch.export.ExportedProgram:

@@ -5,9 +5,11 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
+import jax
 import pytest
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 import dycl_jax
 from dycl_jax.report.render import render_report
@@ -113,7 +115,8 @@ def test_report_times_each_stage():
 
 @pytest.fixture(scope="module")
 def blockdrop():
-    model, args = blockdrop110.example((2, 2, 2))  # the ResNet-110 code with 6 gated blocks
+    # the ResNet-110 code with 9 gated blocks: blocks 1-4 of the first segment are one run (a scan)
+    model, args = blockdrop110.example((5, 2, 2))
     jm, seen = _convert_watching(model, args)
     return model, jm, seen
 
@@ -130,6 +133,79 @@ def test_blockdrop110_matches_torch_on_different_paths(blockdrop):
     model, jm, _ = blockdrop
     decided = _compare(model, jm, blockdrop110.inputs(8))
     assert any(v == {True, False} for v in decided.values()), decided
+
+
+def test_blockdrop110_run_of_equal_blocks_is_one_scan_over_its_stacked_state(blockdrop):
+    from flax import nnx
+
+    from dycl_jax.runtime.state import to_state_dict
+
+    model, jm, _ = blockdrop
+    paths = jm.state_paths
+    assert "rnet.blocks.0.1-4.conv1.weight" in paths and "rnet.blocks.0.0.conv1.weight" in paths
+    # (only the BatchNorm counters no graph reads stay per block)
+    assert not any(p.startswith(("rnet.blocks.0.1.", "rnet.blocks.0.4.")) and "num_batches" not in p for p in paths)
+    values = dict(zip(paths, jm._state_values()))
+    assert values["rnet.blocks.0.1-4.conv1.weight"].shape == (4, 16, 16, 3, 3)
+    # each role is held once: the JAX state is no larger than the torch state it came from
+    torch_bytes = sum(t.numel() * t.element_size() for t in (*model.parameters(), *model.buffers()))
+    assert sum(v.nbytes for v in values.values()) <= torch_bytes
+    # the stacked rows go back to their own blocks' torch paths, exactly
+    back = to_state_dict(nnx.state(jm.module), model.state_dict())
+    assert all(torch.equal(back[k], v) for k, v in model.state_dict().items())
+    assert all(torch.equal(jm._emitted().state[k], model.state_dict()[k]) for k in jm._emit_input.state)
+    jaxpr = str(jax.make_jaxpr(jm._fn)(jm._state_values(), jm.signature.bind(blockdrop110.inputs(1)[0])))
+    assert jaxpr.count(" scan[") == 1 and jaxpr.count(" cond[") == 9 - 4 + 1, jaxpr.count(" cond[")
+    x = blockdrop110.inputs(3, seed=5)[2]
+    with torch.no_grad():
+        original = model(*x)
+    got = jax.jit(jm.apply)(nnx.state(jm.module), *(jax.numpy.asarray(t.numpy()) for t in x))
+    assert_same(original, got, "apply (jitted) vs original torch")
+
+
+class _Dilated(nn.Module):
+    """One block class; dilation and slope are Python attributes its forward reads (graph constants)."""
+
+    def __init__(self, dilation: int, slope: float) -> None:
+        super().__init__()
+        self.conv = nn.Conv1d(4, 4, 3, padding=dilation, dilation=dilation)
+        self.slope = slope
+
+    def forward(self, x):
+        return F.leaky_relu(self.conv(x), self.slope)
+
+
+class _LookAlike(nn.Module):
+    """Eleven gated blocks of one class and shapes: blocks 5 (dilation 2) and 6 (slope 0.2) differ
+    from the others only in a constant, so only blocks 1-4 and 7-10 may run as scans (block 0's
+    stretch of the graph also holds the gate)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(11)
+        spec = [(1, 0.1)] * 5 + [(2, 0.1), (1, 0.2)] + [(1, 0.1)] * 4
+        self.blocks = nn.ModuleList(_Dilated(d, s) for d, s in spec)
+        self.gate = nn.Linear(32, 11)
+
+    def forward(self, x):
+        flags = list((self.gate(x.flatten(1)) > 0).unbind(1))  # a Python list of tensors
+        for i, block in enumerate(self.blocks):
+            if flags[i].sum() == 0:
+                continue
+            x = x + block(x)
+        return x
+
+
+def test_blocks_that_differ_in_a_constant_are_not_one_scan():
+    model = _LookAlike().eval()
+    jm = dycl_jax.to_jax(model, (torch.randn(1, 4, 8),), host="staged")
+    stacked = sorted({p.rsplit(".", 2)[0] for p in jm.state_paths if "-" in p})
+    assert stacked == ["blocks.1-4", "blocks.7-10"], jm.state_paths
+    assert {"blocks.0.conv.weight", "blocks.5.conv.weight", "blocks.6.conv.weight"} <= set(jm.state_paths)
+    g = torch.Generator().manual_seed(4)
+    cases = [(s * torch.randn(1, 4, 8, generator=g),) for s in (0.5, 1.0, 2.0) for _ in range(3)]
+    decided = _compare(model, jm, cases)
+    assert decided and all(v == {True, False} for v in decided.values()), decided
 
 
 def test_converted_model_keeps_no_torch_parameters():

@@ -1,10 +1,11 @@
 """Turns a torch.fx graph of core-ATen ops into a JAX-traceable function, node by node."""
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import re
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import jax
 import jax.numpy as jnp
@@ -214,31 +215,46 @@ class LoweredGraph:
 
     def _steps(self, env: dict, load: Callable[[Any], Any]) -> None:
         for step in self.steps:
-            node = step.node
-            args = torch.fx.node.map_arg(node.args, load)
-            kwargs = torch.fx.node.map_arg(node.kwargs, load)
-            token = _SITE.set((step.site, step.loop_bound)) if step.site else None
-            node_token = _NODE.set(node)
-            try:
-                out = step.fn(*args, **kwargs)
-            except DyclError as exc:
-                if isinstance(exc, DataDependentError) and not _reads_unbacked(node):
-                    # the traced bound is a symbolic Python int (the host may make it a constant), not data
-                    raise DyclError(exc.message, location=exc.location or node_location(node), fix=exc.fix) from None
-                if exc.location is None:  # lowerings know the op, the interpreter knows the line
-                    raise type(exc)(exc.message, location=node_location(node), fix=exc.fix) from exc
-                raise
-            except Exception as exc:  # re-raise with the node and the user's line, as torch.fx does
-                raise DyclError(
-                    f"lowering {node.target} failed: {type(exc).__name__}: {exc}",
-                    location=node_location(node),
-                    fix="this is a dycl_jax bug or an unsupported use of the op; please report it",
-                ) from exc
-            finally:
-                _NODE.reset(node_token)
-                if token is not None:
-                    _SITE.reset(token)
-            env[node] = _cast_like(out, step.out_dtype)
+            run_step(step, env, load)
+
+
+def run_step(step: _Step, env: dict, load: Callable[[Any], Any]) -> None:
+    """Run one lowered node on the values in `env` (read through `load`) and store its result there."""
+    node = step.node
+    args = torch.fx.node.map_arg(node.args, load)
+    kwargs = torch.fx.node.map_arg(node.kwargs, load)
+    token = _SITE.set((step.site, step.loop_bound)) if step.site else None
+    node_token = _NODE.set(node)
+    try:
+        out = step.fn(*args, **kwargs)
+    except DyclError as exc:
+        if isinstance(exc, DataDependentError) and not _reads_unbacked(node):
+            # the traced bound is a symbolic Python int (the host may make it a constant), not data
+            raise DyclError(exc.message, location=exc.location or node_location(node), fix=exc.fix) from None
+        if exc.location is None:  # lowerings know the op, the interpreter knows the line
+            raise type(exc)(exc.message, location=node_location(node), fix=exc.fix) from exc
+        raise
+    except Exception as exc:  # re-raise with the node and the user's line, as torch.fx does
+        raise DyclError(
+            f"lowering {node.target} failed: {type(exc).__name__}: {exc}",
+            location=node_location(node),
+            fix="this is a dycl_jax bug or an unsupported use of the op; please report it",
+        ) from exc
+    finally:
+        _NODE.reset(node_token)
+        if token is not None:
+            _SITE.reset(token)
+    env[node] = _cast_like(out, step.out_dtype)
+
+
+@contextlib.contextmanager
+def node_values(env: dict) -> Iterator[None]:
+    """Make `env` the values control-flow lowerings read (current_env) while a caller runs steps itself."""
+    token = _ENV.set(env)
+    try:
+        yield
+    finally:
+        _ENV.reset(token)
 
 
 def _lower_attr(gm: torch.fx.GraphModule, node: torch.fx.Node) -> Any:

@@ -12,7 +12,7 @@ from dycl_jax.lower.ops.control_flow import differentiable, recording
 from dycl_jax.rewrite.decisions import Decision
 from dycl_jax.rewrite.regions import recording_decisions
 from dycl_jax.runtime.signature import CallSignature
-from dycl_jax.runtime.state import flat_values
+from dycl_jax.runtime.state import flat_values, path_values
 
 if TYPE_CHECKING:  # the report stage comes after runtime; only its type is named here
     from dycl_jax.emit.writer import EmitInput
@@ -165,14 +165,18 @@ class JaxModel:
         import torch
 
         # the weights as this model holds them now (after any training), in the torch dtypes
-        values = {path: var.get_raw_value() for path, var in zip(inp.state, self._variables)}
+        # a rerolled run's stacked variables give each block's path its row (runtime/state.py)
+        values = path_values(self._variables, getattr(self, "_value_paths", None) or list(inp.state))
         state = {path: torch.from_numpy(np.array(values[path], dtype=np.float32 if meta.dtype == torch.bfloat16
                                                   else None)).to(meta.dtype) for path, meta in inp.state.items()}
         return dataclasses.replace(inp, state=state)
 
     @property
     def state_paths(self) -> list[str]:
-        """torch state_dict paths of the state the program reads, in graph-input order."""
+        """Paths in `nnx.state(jm.module)` of the state the program reads, in its input order: torch
+        state_dict paths, except that a run of identical gated blocks rerolled into a scan holds
+        each role once, stacked over its blocks (`rnet.blocks.0.1-17.conv1.weight`; its variable's
+        `stacked_paths` names the blocks' torch paths, and `to_state_dict` gives them back)."""
         return list(self._paths)
 
     def report(self) -> "ConversionReport":

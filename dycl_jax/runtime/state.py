@@ -59,6 +59,79 @@ def build_module(entries: list[StateEntry]) -> tuple[TorchModule, list[nnx.Varia
     return root, variables
 
 
+def stack_groups(root: TorchModule, variables: list[nnx.Variable], paths: list[str],
+                 groups: list[list[int]]) -> list[nnx.Variable] | None:
+    """Replace each group of per-block variables (indices into `variables`, one role of every
+    block of a rerolled run, lower/reroll.py) by one variable holding them stacked; returns the
+    program's variables: the others in order, then one per group. The per-block variables leave
+    the tree, so the state is held once. None where a member is also read elsewhere (a tie)."""
+    grouped = [i for g in groups for i in g]
+    others = [i for i in range(len(variables)) if i not in set(grouped)]
+    ids = [id(variables[i]) for i in grouped]
+    if len(set(ids)) != len(ids) or set(ids) & {id(variables[i]) for i in others}:
+        return None
+    stacked = []
+    for g in groups:
+        members = [variables[i] for i in g]
+        names = [paths[i] for i in g]
+        var = type(members[0])(jnp.stack([m.get_raw_value() for m in members]), stacked_paths=tuple(names))
+        for name in names:
+            *parents, leaf = name.split(".")
+            delattr(_node(root, parents), leaf)
+        *parents, leaf = _stacked_name(root, names).split(".")
+        setattr(_node(root, parents, create=True), leaf, var)
+        stacked.append(var)
+    return [variables[i] for i in others] + stacked
+
+
+def _node(root: TorchModule, parts: list[str], create: bool = False) -> Any:
+    node: Any = root
+    for part in parts:
+        child = getattr(node, part, None)
+        if child is None and create:
+            child = TorchModule()
+            setattr(node, part, child)
+        node = child
+    return node
+
+
+def _stacked_name(root: TorchModule, names: list[str]) -> str:
+    """`rnet.blocks.0.1-17.conv1.weight` for blocks 1..17 of `rnet.blocks.0`: the one path part
+    that differs, as first-last (else `stacked_<first path>`), made unique in the tree."""
+    split = [n.split(".") for n in names]
+    differ = [i for i in range(len(split[0])) if len({len(p) for p in split}) == 1 and len({p[i] for p in split}) > 1]
+    if len(differ) == 1:
+        parts = list(split[0])
+        parts[differ[0]] = f"{split[0][differ[0]]}-{split[-1][differ[0]]}"
+    else:
+        parts = ["stacked_" + names[0].replace(".", "_")]
+    base, n = ".".join(parts), 1
+    name = base
+    while _exists(root, name.split(".")):
+        n += 1
+        name = f"{base}_{n}"
+    return name
+
+
+def _exists(root: TorchModule, parts: list[str]) -> bool:
+    node: Any = root
+    for part in parts:
+        node = getattr(node, part, None)
+        if node is None:
+            return False
+    return True
+
+
+def path_values(variables: list[nnx.Variable], paths: list[str]) -> dict[str, Any]:
+    """Every torch path's value: a stacked variable gives each of its blocks' paths its row."""
+    out: dict[str, Any] = {}
+    for path, var in zip(paths, variables):
+        value = var.get_raw_value()
+        members = getattr(var, "stacked_paths", None)
+        out.update(zip(members, value) if members else [(path, value)])
+    return out
+
+
 def canonical_paths(root: nnx.Module, variables: list[nnx.Variable]) -> list[str]:
     """Each variable's path in `nnx.state(root)`, which holds a shared variable once (under the
     first of its paths in sorted order)."""
@@ -106,7 +179,10 @@ def to_state_dict(state: nnx.State, base: dict[str, Any] | None = None) -> dict[
     aliases = {k: group for group in names.values() for k in group}
     for path, v in state.flat_state():
         name = ".".join(str(p) for p in path)
-        t = torch.from_numpy(np.array(_value(v)))
-        for alias in aliases.get(name, [name]):
-            out[alias] = t.to(base[alias].dtype) if base is not None and alias in base else t
+        members = getattr(v, "stacked_paths", None)  # a rerolled run's stacked role: one row per block
+        rows = zip(members, np.array(_value(v))) if members else [(name, np.array(_value(v)))]
+        for member, row in rows:
+            t = torch.from_numpy(np.array(row))
+            for alias in aliases.get(member, [member]):
+                out[alias] = t.to(base[alias].dtype) if base is not None and alias in base else t
     return out

@@ -39,6 +39,11 @@ def recording(callback: Recorder) -> Iterator[None]:
         _RECORDER.reset(token)
 
 
+def is_recording() -> bool:
+    """Whether programs traced now report their decisions (to a callback or a DecisionLog)."""
+    return _RECORDER.get() is not None
+
+
 _DIFFERENTIABLE: contextvars.ContextVar[bool] = contextvars.ContextVar("dycl_differentiable", default=False)
 
 
