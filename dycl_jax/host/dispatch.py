@@ -28,7 +28,7 @@ import torch.utils._pytree as pytree
 
 from dycl_jax.capture import int_inputs
 from dycl_jax.capture.region import HostValueError, capture_call, lost_update
-from dycl_jax.errors import AliasedUpdateError, CallError, DyclError, InputMutationError, Location
+from dycl_jax.errors import AliasedUpdateError, CallError, DyclError, InputMutationError, Location, raised_by_us
 from dycl_jax.host import jax_ops, training, values
 from dycl_jax.host.attributes import DynamicAttributes
 from dycl_jax.host.module_state import ModuleState
@@ -539,6 +539,8 @@ class DispatchHost:
             except Exception as exc:  # noqa: BLE001  (classified below; our own bugs are re-raised)
                 if isinstance(exc, (AliasedUpdateError, InputMutationError)):
                     raise  # its host version could not keep the update either
+                if raised_by_us(exc):
+                    raise  # our bug: never a retry, an island's host version or a split
                 # a lowering may need one of the ints as a value: try again with them constant (no help
                 # where the shape comes from tensor data: that export would fail the same way)
                 if symbolic and not values.data_dependent(exc):
@@ -636,8 +638,9 @@ class DispatchHost:
                         break
                     env.update(zip(st.outs, outs))
                     k += 1
-        except Exception:  # noqa: BLE001  (the statement raises again where it really runs)
-            pass
+        except Exception as exc:  # noqa: BLE001  (the statement raises again where it really runs)
+            if raised_by_us(exc):
+                raise  # our bug, not the user's statement failing on these values
         finally:
             self.attrs.restore(before)
         return k

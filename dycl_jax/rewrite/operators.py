@@ -20,7 +20,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from dycl_jax.errors import AliasedUpdateError, DyclError, InputMutationError
+from dycl_jax.errors import AliasedUpdateError, DyclError, InputMutationError, raised_by_us
 from dycl_jax.rewrite import padding, plan as plans, staged
 from dycl_jax.rewrite import modes
 from dycl_jax.rewrite.constants import static
@@ -342,6 +342,8 @@ def _loop_plan(site: Site, body_fn: Callable, carry: tuple, invariants: tuple) -
             except DyclError:
                 raise
             except Exception as exc:
+                if raised_by_us(exc):
+                    raise  # our bug, not the body failing on tensors
                 raise DyclError(f"{site.construct}: its body fails when its variables are tensors: "
                                 f"{type(exc).__name__}: {exc}", location=site.location,
                                 fix="keep values the loop changes usable as tensors (e.g. no list indexing "

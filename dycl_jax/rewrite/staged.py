@@ -21,7 +21,7 @@ from torch._higher_order_ops.while_loop import while_loop_op
 from torch.fx.experimental.proxy_tensor import disable_proxy_modes_tracing
 from torch.utils._mode_utils import no_dispatch
 
-from dycl_jax.errors import DyclError
+from dycl_jax.errors import DyclError, raised_by_us
 from dycl_jax.rewrite import constants, lazy_state, lifting, names, padding, plan as plans, state_writes
 from dycl_jax.rewrite.sites import Site
 
@@ -251,6 +251,8 @@ def loop(site: Site, test_fn: Callable, body_fn: Callable, carry: tuple, invaria
         except DyclError:
             raise
         except Exception as exc:
+            if raised_by_us(exc):
+                raise  # our bug, not the body failing on tensors
             raise DyclError(f"{site.construct}: its body fails when its variables are tensors: "
                             f"{type(exc).__name__}: {exc}", location=site.location,
                             fix="keep values the loop changes usable as tensors (e.g. no list indexing with "
