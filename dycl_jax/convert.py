@@ -16,7 +16,7 @@ from torch.nn.modules.batchnorm import _BatchNorm
 
 import dycl_jax.lower.ops  # noqa: F401  (registers every lowering)
 from dycl_jax.capture.export import StateEntry, TensorSpec, _leaf_names, capture
-from dycl_jax.errors import AliasedUpdateError, DyclError, InputMutationError, UnsupportedOpError
+from dycl_jax.errors import AliasedUpdateError, DyclError, InputMutationError, UnsupportedOpError, raised_by_us
 from dycl_jax.emit.writer import EmitInput
 from dycl_jax.host.dispatch import DispatchHost
 from dycl_jax.host.select import HOSTS, dispatch_reason, staged_refusal, user_location
@@ -93,6 +93,8 @@ def to_jax(
         except (UnsupportedOpError, InputMutationError, AliasedUpdateError):
             raise  # a missing lowering, or an update dispatch could not keep either, is the same under either host
         except DyclError as exc:  # the method does not stage as one program (our own bugs propagate)
+            if raised_by_us(exc):
+                raise  # a DyclError over our own KeyError, NameError, ...: a bug, not a reason to dispatch
             if host == "staged":
                 raise staged_refusal(exc) from exc
             reason = dispatch_reason(exc)
@@ -195,6 +197,8 @@ def _training(model: torch.nn.Module, args: tuple, method: str, host: str, dynam
     except (UnsupportedOpError, InputMutationError, AliasedUpdateError):
         raise
     except DyclError as exc:
+        if raised_by_us(exc):
+            raise
         if host == "staged":
             raise staged_refusal(exc) from exc
         jm = _dispatch(model, args, method, step, dispatch_reason(exc), time.perf_counter() - start,

@@ -1,6 +1,7 @@
 """All user-facing error and warning classes of dycl_jax, in one place."""
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 
@@ -104,6 +105,11 @@ def raised_by_us(exc: BaseException) -> bool:
             tb = e.__traceback__
             while tb.tb_next is not None:
                 tb = tb.tb_next
-            if "/dycl_jax/" in tb.tb_frame.f_code.co_filename:
+            if os.path.abspath(tb.tb_frame.f_code.co_filename).startswith(_PACKAGE):
                 return True
     return False
+
+
+# this package's folder: a user's file under a checkout folder that happens to be named
+# `dycl_jax` (its tests, its examples) is not our code
+_PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep

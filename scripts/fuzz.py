@@ -44,7 +44,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import dycl_jax  # noqa: E402
-from dycl_jax.errors import DyclError  # noqa: E402
+from dycl_jax.errors import DyclError, raised_by_us  # noqa: E402
 from dycl_jax.rewrite.api import run_dispatch_trace, run_torch_trace  # noqa: E402
 
 N_LAYERS = 3
@@ -321,8 +321,10 @@ def check(seed: int, folder: Path, source: str | None = None, only: Sequence[int
             return _compare(seed, model, jm, [(k, ins[k]) for k in picked], expected, got, tol, features)
     except DyclError as exc:
         located = exc.location is not None and exc.location.file.endswith(f"fuzz_{seed}.py")
-        kind = "refused" if located else "bug"
-        detail = ("" if located else "unlocated ") + f"{type(exc).__name__}: " + str(exc).splitlines()[0]
+        ours = raised_by_us(exc)  # a DyclError that chains our own KeyError, NameError, ...: a bug
+        kind = "refused" if located and not ours else "bug"
+        detail = ("" if located else "unlocated ") + ("internal " if ours else "") + f"{type(exc).__name__}: " \
+            + str(exc).splitlines()[0]
         return Outcome(seed, kind, detail=detail, features=features)
     except Exception:  # noqa: BLE001  (anything else escaping dycl_jax is a bug)
         return Outcome(seed, "bug", detail=traceback.format_exc(limit=-4), features=features)

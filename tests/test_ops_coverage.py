@@ -409,7 +409,7 @@ def test_checked_linalg_functions_lower_without_the_error_check() -> None:
     jm = check(Fn(lambda a, b, spd: (torch.linalg.inv(a), torch.linalg.solve(a, b), torch.linalg.solve(a, b[..., 0]),
                                      torch.linalg.solve(a, b.mT, left=False), torch.linalg.cholesky(spd),
                                      torch.linalg.cholesky(spd, upper=True), torch.linalg.matrix_power(a, -2),
-                                     *torch.linalg.lu_factor(a))), a, b, spd, grad=(0, 1))
+                                     *torch.linalg.lu_factor(a))), a, b, spd, grad=(0, 1, 2))
     assert jm.host == "staged"
 
 
@@ -482,21 +482,34 @@ def test_wide_selection_names_real_entries_and_excludes_only_stated_classes() ->
 def test_singular_matrices_give_torch_unchecked_values_and_info() -> None:
     """linalg.inv/solve/lu_factor of a singular matrix: no XLA program can raise as torch does, so
     the converted program returns the values of torch's unchecked `_ex` kernels (inf/NaN) and
-    their `info` (the 1-based index of the first zero pivot), which the `_ex` forms expose."""
+    their `info` (the 1-based index of the first zero pivot), which the `_ex` forms expose;
+    cholesky_ex's `info` is potrf's (the order of the first leading minor of the triangle it
+    reads that is not positive definite) on positive definite, singular, indefinite and
+    non-symmetric inputs."""
     a = torch.tensor([[[1.0, 2.0], [2.0, 4.0]], [[2.0, 0.0], [0.0, 3.0]], [[0.0, 0.0], [0.0, 1.0]]])
     b = torch.ones(3, 2, 1)
+    c = torch.tensor([[[4.0, 2.0, 0.0], [2.0, 2.0, 0.0], [0.0, 0.0, 3.0]],  # positive definite
+                      [[4.0, 2.0, 0.0], [2.0, 1.0, 0.0], [0.0, 0.0, 3.0]],  # singular: minor 2
+                      [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, -2.0]],  # indefinite: minor 3
+                      [[1.0, 5.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]],  # only its upper triangle fails
+                      [[-1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]]])  # minor 1
 
-    def unchecked(a, b):
+    def unchecked(a, b, c):
         inv, inv_info = torch.linalg.inv_ex(a)
         _, solve_info = torch.linalg.solve_ex(a, b)
         *_, lu_info = torch.linalg.lu_factor_ex(a)
-        return inv, inv_info, solve_info, lu_info
+        low, low_info = torch.linalg.cholesky_ex(c)
+        up, up_info = torch.linalg.cholesky_ex(c, upper=True)
+        return inv, inv_info, solve_info, lu_info, low_info, up_info, low, up
 
-    jm = dycl_jax.to_jax(Fn(lambda a, b: (*unchecked(a, b), torch.linalg.inv(a))), (a, b))
-    want, got = unchecked(a, b), [np.asarray(g) for g in jm(a, b)]
-    assert want[1].tolist() == [2, 0, 1]
-    for w, g in zip(want[1:], got[1:4]):
+    jm = dycl_jax.to_jax(Fn(lambda a, b, c: (*unchecked(a, b, c), torch.linalg.inv(a))), (a, b, c))
+    want, got = unchecked(a, b, c), [np.asarray(g) for g in jm(a, b, c)]
+    assert want[1].tolist() == [2, 0, 1] and want[4].tolist() == [0, 2, 3, 0, 1] and want[5].tolist() == [0, 2, 3, 2, 1]
+    for w, g in zip(want[1:6], got[1:6]):
         np.testing.assert_array_equal(g, w.numpy())
-    for inv in (got[0], got[4]):  # torch.linalg.inv raises on element 0; its unchecked values here
+    # the factors where they exist (torch leaves partial factors where `info` > 0, XLA NaNs)
+    for k, ok in ((6, [0, 3]), (7, [0])):
+        np.testing.assert_allclose(got[k][ok], want[k][ok].numpy(), rtol=1e-6)
+    for inv in (got[0], got[8]):  # torch.linalg.inv raises on element 0; its unchecked values here
         np.testing.assert_allclose(inv[1:], want[0][1:].numpy(), rtol=1e-6)
         assert not np.isfinite(inv[0]).all() and not np.isfinite(want[0][0].numpy()).all()

@@ -28,7 +28,7 @@ import torch.utils._pytree as pytree
 
 from dycl_jax.capture import int_inputs
 from dycl_jax.capture.region import HostValueError, capture_call, lost_update
-from dycl_jax.errors import AliasedUpdateError, CallError, DyclError, InputMutationError, Location
+from dycl_jax.errors import AliasedUpdateError, CallError, DyclError, InputMutationError, Location, raised_by_us
 from dycl_jax.host import jax_ops, training, values
 from dycl_jax.host.attributes import DynamicAttributes
 from dycl_jax.host.module_state import ModuleState
@@ -37,7 +37,7 @@ from dycl_jax.lower.int_ranges import int64_verdict, int_scope
 from dycl_jax.lower.interpreter import LoweredGraph
 from dycl_jax.rewrite import lifting
 from dycl_jax.rewrite.api import DispatchPlan, patched
-from dycl_jax.rewrite.appends import appending
+from dycl_jax.rewrite.appends import appending, kept_in_place, rejoined, shared_containers
 from dycl_jax.rewrite.modes import exclusive, staging
 from dycl_jax.lower.ops.control_flow import recording
 from dycl_jax.rewrite.regions import (NOT_STAGED, AliasChoice, RegionSpec, aliased_at_call, executing, note_margin,
@@ -242,6 +242,8 @@ class Part:
     # input lists the part only appends to (and gives back): they go in empty, and the host
     # extends the caller's list with what the part appended, so the signature does not grow
     appends: tuple[str, ...] = ()
+    # (input, output) positions of names the region changes only in place (RegionSpec.in_place)
+    in_place: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass
@@ -262,7 +264,8 @@ def _part(spec: RegionSpec, first: int, stop: int) -> Part:
     later = set(spec.outs).union(*(st.ins for st in sts[stop:]))
     outs = tuple(sorted(defined & later))
     appends = tuple(n for n in ins if n in outs and all(n in st.appends for st in sts[first:stop] if n in st.ins))
-    return Part(first, stop, tuple(ins), outs, appends=appends)
+    in_place = tuple((ins.index(n), outs.index(n)) for n in outs if n in ins and n in spec.in_place)
+    return Part(first, stop, tuple(ins), outs, appends=appends, in_place=in_place)
 
 
 class DispatchHost:
@@ -379,7 +382,7 @@ class DispatchHost:
         return tuple(env[n] for n in spec.outs)
 
     def run_island(self, spec: RegionSpec, fn: Callable, vals: tuple) -> Any:
-        if spec.aliased:
+        if spec.aliased or spec.in_place:
             on_host = aliased_at_call(spec, vals)
             if recording_margins():  # a traced call: the rewritten torch program replays the choice
                 self.alias_choices.append((spec.label, on_host))
@@ -411,6 +414,24 @@ class DispatchHost:
             self._region_env = outer
 
     def _run_part(self, st: RegionState, part: Part, fns: Sequence[Callable], vals: tuple) -> tuple:
+        if part.in_place:  # lists and dicts changed in place stay the caller's objects
+            shared = shared_containers(vals)
+            if shared:  # one list under two of its names: a compiled program would take two, the host one
+                return kept_in_place(vals, self._run_shared(st, part, fns, vals, shared), part.in_place)
+            return kept_in_place(vals, self._run_part_listed(st, part, fns, vals), part.in_place)
+        return self._run_part_listed(st, part, fns, vals)
+
+    def _run_shared(self, st: RegionState, part: Part, fns: Sequence[Callable], vals: tuple,
+                    shared: list[tuple[int, int]]) -> tuple:
+        """This call on the host, its inputs that are one list or dict one object there too."""
+        attrs = self.attrs.read() if self.attrs.slots else None
+        leaves, tree, _ = values.call_key(vals, attrs)
+        outs, new_attrs = self._eager(st.spec, part, fns, leaves, tree, shared)
+        if attrs is not None:
+            self.attrs.write(new_attrs)
+        return outs
+
+    def _run_part_listed(self, st: RegionState, part: Part, fns: Sequence[Callable], vals: tuple) -> tuple:
         if part.appends:
             return appending(part.ins, part.outs, part.appends, vals,
                                     lambda fresh: self._run_part_retried(st, part, fns, fresh))
@@ -458,7 +479,8 @@ class DispatchHost:
             return outs, (self.attrs.read() if attrs is not None else None)
         return body
 
-    def _eager(self, spec: RegionSpec, part: Part, fns: Sequence[Callable], leaves: list, tree: Any) -> tuple:
+    def _eager(self, spec: RegionSpec, part: Part, fns: Sequence[Callable], leaves: list, tree: Any,
+               shared: Sequence[tuple[int, int]] = ()) -> tuple:
         if any(isinstance(v, jax.core.Tracer) for v in leaves):  # under the user's jax.grad / jit / vmap
             st = spec.statements[part.first]
             raise CallError(
@@ -480,6 +502,7 @@ class DispatchHost:
             if part.in_torch is None:  # computed by JAX ops where it can be (host/jax_ops.py)
                 torch_leaves, inputs, versions = self._host_inputs(leaves)
                 vals, attrs = jax.tree_util.tree_unflatten(tree, torch_leaves)
+                vals = rejoined(vals, shared)
                 try:
                     (outs, new_attrs), ops = jax_ops.run_in_jax(lambda: self._body(spec, part, fns)(vals, attrs))
                     part.jax_ops = sorted(set(part.jax_ops) | set(ops))
@@ -489,7 +512,7 @@ class DispatchHost:
             if part.in_torch is not None:
                 torch_leaves, inputs, versions = self._host_inputs(leaves)
                 vals, attrs = jax.tree_util.tree_unflatten(tree, torch_leaves)
-                outs, new_attrs = self._body(spec, part, fns)(vals, attrs)
+                outs, new_attrs = self._body(spec, part, fns)(rejoined(vals, shared), attrs)
         changed = {id(t) for t, v in zip(inputs, versions) if t._version != v}
         self._check_arguments_kept(spec, part, leaves, tuple(i for i, t in enumerate(torch_leaves) if id(t) in changed))
         try:
@@ -539,6 +562,8 @@ class DispatchHost:
             except Exception as exc:  # noqa: BLE001  (classified below; our own bugs are re-raised)
                 if isinstance(exc, (AliasedUpdateError, InputMutationError)):
                     raise  # its host version could not keep the update either
+                if raised_by_us(exc):
+                    raise  # our bug: never a retry, an island's host version or a split
                 # a lowering may need one of the ints as a value: try again with them constant (no help
                 # where the shape comes from tensor data: that export would fail the same way)
                 if symbolic and not values.data_dependent(exc):
@@ -636,8 +661,9 @@ class DispatchHost:
                         break
                     env.update(zip(st.outs, outs))
                     k += 1
-        except Exception:  # noqa: BLE001  (the statement raises again where it really runs)
-            pass
+        except Exception as exc:  # noqa: BLE001  (the statement raises again where it really runs)
+            if raised_by_us(exc):
+                raise  # our bug, not the user's statement failing on these values
         finally:
             self.attrs.restore(before)
         return k

@@ -26,6 +26,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.symbolic_shapes import ShapeEnv
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from dycl_jax.lower.dtypes import torch_dtype
 from dycl_jax.lower.registry import registered
 
 aten = torch.ops.aten
@@ -122,10 +123,7 @@ def _convert_one(kind: str, out: Any, dtype: Any, first_dtype: torch.dtype | Non
 
 
 def _torch_dtype(a: Any) -> torch.dtype:
-    a = np.asarray(a)
-    if a.dtype == jnp.bfloat16:
-        return torch.bfloat16
-    return torch.from_numpy(np.zeros((), a.dtype)).dtype
+    return torch_dtype(np.asarray(a).dtype)
 
 
 class JaxOps(TorchDispatchMode):

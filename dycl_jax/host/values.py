@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from dycl_jax.errors import DataDependentError, UnsupportedDtypeError, UnsupportedOpError, exception_chain, raised_by_us
-from dycl_jax.lower.dtypes import INT32_MAX, INT32_MIN, tensor_to_numpy
+from dycl_jax.lower.dtypes import INT32_MAX, INT32_MIN, tensor_to_numpy, torch_dtype
 from dycl_jax.rewrite.plan import Undefined
 
 _ARRAY = type(jnp.zeros(()))
@@ -41,9 +41,7 @@ def placeholder(key: Any, modules: dict[int, torch.nn.Module]) -> Any:
     for an array, as torch holds it (an int32 array is torch int64, as `to_torch` gives it), the
     module of that id (`modules`), else the value the key holds."""
     if isinstance(key, tuple) and len(key) == 2 and isinstance(key[0], tuple):
-        dtype = np.dtype(key[1])
-        return torch.zeros(key[0], dtype=torch.int64 if dtype == np.int32 else torch.from_numpy(
-            np.zeros((), dtype)).dtype)
+        return torch.zeros(key[0], dtype=torch_dtype(key[1], held=True))
     kind, value = key
     if kind == "id":
         return modules[value]

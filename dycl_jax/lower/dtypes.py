@@ -48,6 +48,36 @@ def to_jax_dtype(dtype: torch.dtype | None) -> jnp.dtype | None:
     raise UnsupportedDtypeError(f"torch dtype {dtype} has no JAX equivalent in dycl_jax")
 
 
+# numpy (and JAX) dtypes of host arrays -> the torch dtype of a tensor holding the same values
+_FROM_NUMPY: dict[np.dtype, torch.dtype] = {
+    np.dtype(np.bool_): torch.bool,
+    np.dtype(np.uint8): torch.uint8,
+    np.dtype(np.int8): torch.int8,
+    np.dtype(np.int16): torch.int16,
+    np.dtype(np.int32): torch.int32,
+    np.dtype(np.int64): torch.int64,
+    np.dtype(np.float16): torch.float16,
+    np.dtype(jnp.bfloat16): torch.bfloat16,
+    np.dtype(np.float32): torch.float32,
+    np.dtype(np.float64): torch.float64,
+    np.dtype(np.complex64): torch.complex64,
+    np.dtype(np.complex128): torch.complex128,
+}
+
+
+def torch_dtype(dtype: object, held: bool = False) -> torch.dtype:
+    """The torch dtype of an array dtype. With `held`, the dtype of the torch value a host array
+    stands for: an int32 array holds a torch int64 (`_TO_JAX`), as `host/values.to_torch` gives it."""
+    d = np.dtype(dtype)
+    if held and d == np.int32:
+        return torch.int64
+    found = _FROM_NUMPY.get(d)
+    if found is None:
+        raise UnsupportedDtypeError(f"array dtype {d} has no torch equivalent in dycl_jax",
+                                    fix="use one of " + ", ".join(str(t).removeprefix("torch.") for t in _FROM_NUMPY.values()))
+    return found
+
+
 def wide_ints() -> bool:
     """Whether torch.int64 is int64 here: inside a program's `jax.enable_x64(True)` scope."""
     return bool(jax.config.jax_enable_x64)

@@ -13,7 +13,7 @@ import torch
 import torch.fx
 from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
-from dycl_jax.errors import DataDependentError, DyclError, Location, UnsupportedDtypeError
+from dycl_jax.errors import DataDependentError, DyclError, Location, UnsupportedDtypeError, raised_by_us
 from dycl_jax.source import origins
 from dycl_jax.lower.loop_bounds import static_trip_bound
 from dycl_jax.lower.margins import output_margins
@@ -235,6 +235,11 @@ def run_step(step: _Step, env: dict, load: Callable[[Any], Any]) -> None:
             raise type(exc)(exc.message, location=node_location(node), fix=exc.fix) from exc
         raise
     except Exception as exc:  # re-raise with the node and the user's line, as torch.fx does
+        if raised_by_us(exc):  # our bug: it stays itself (never a refusal), told where it arose
+            loc = node_location(node)
+            where = f" for {loc.file}:{loc.line}" if loc is not None else ""
+            exc.add_note(f"raised inside dycl_jax while lowering {node.target}{where}: a dycl_jax bug, please report it")
+            raise
         raise DyclError(
             f"lowering {node.target} failed: {type(exc).__name__}: {exc}",
             location=node_location(node),

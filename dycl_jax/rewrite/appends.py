@@ -1,5 +1,6 @@
 """Lists a region only appends to: found in the statements' source, run with an empty list whose
-appended items the host adds to the caller's list (the live host and the torch-free loaded one)."""
+appended items the host adds to the caller's list (the live host and the torch-free loaded one);
+and lists and dicts a region changes only in place, which keep their identity across it."""
 from __future__ import annotations
 
 import ast
@@ -35,3 +36,61 @@ def appending(ins: Sequence[str], outs: Sequence[str], appends: Sequence[str], v
             lists[n].extend(got[k])
             got[k] = lists[n]
     return tuple(got)
+
+
+def rebound(nodes: Sequence[ast.AST]) -> set[str]:
+    """Names the code binds to a new object (`xs = ...`, a loop target), not counting an
+    augmented assignment's target (`xs += [v]` extends a list in place) nor the names a
+    converted construct's own assignment gives back as they were (`_dycl_in_place`)."""
+    kept: set[int] = set()
+    for s in nodes:
+        for n in ast.walk(s):
+            if isinstance(n, ast.AugAssign):
+                kept.add(id(n.target))
+            elif isinstance(n, ast.Assign) and getattr(n, "_dycl_in_place", None):
+                kept |= {id(t) for target in n.targets for t in ast.walk(target)
+                         if isinstance(t, ast.Name) and t.id in n._dycl_in_place}  # type: ignore[attr-defined]
+    return {n.id for s in nodes for n in ast.walk(s)
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store) and id(n) not in kept}
+
+
+def kept_in_place(vals: tuple, outs: tuple, pairs: Sequence[tuple[int, int]]) -> tuple:
+    """`outs` where each (input position, output position) pair is a name the part changes only
+    in place: a list or dict that comes back as a new object (a compiled program, or a host
+    statement, builds its outputs anew) is written into the caller's object, which is the output,
+    so every other name holding it sees the change, as in Python (`saved = xs; xs.append(v)`)."""
+    got = list(outs)
+    for i, o in pairs:
+        old, new = vals[i], got[o]
+        if new is old or type(new) is not type(old):
+            continue
+        if type(old) is list:
+            old[:] = new
+        elif type(old) is dict:
+            old.clear()
+            old.update(new)
+        else:
+            continue
+        got[o] = old
+    return tuple(got)
+
+
+def shared_containers(vals: Sequence[Any]) -> list[tuple[int, int]]:
+    """(j, i) for each input j that is the same list or dict object as an earlier input i (one
+    list under two names): a compiled program would take them as two."""
+    first: dict[int, int] = {}
+    pairs = []
+    for j, v in enumerate(vals):
+        if type(v) in (list, dict):
+            i = first.setdefault(id(v), j)
+            if i != j:
+                pairs.append((j, i))
+    return pairs
+
+
+def rejoined(vals: Sequence[Any], pairs: Sequence[tuple[int, int]]) -> tuple:
+    """`vals` rebuilt (fresh containers) with the inputs of `pairs` one object again."""
+    out = list(vals)
+    for j, i in pairs:
+        out[j] = out[i]
+    return tuple(out)

@@ -20,9 +20,10 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from dycl_jax.errors import AliasedUpdateError, DyclError, InputMutationError
+from dycl_jax.errors import AliasedUpdateError, DyclError, InputMutationError, raised_by_us
 from dycl_jax.rewrite import padding, plan as plans, staged
 from dycl_jax.rewrite import modes
+from dycl_jax.rewrite.appends import kept_in_place
 from dycl_jax.rewrite.constants import static
 from dycl_jax.rewrite.modes import staging, tracing
 from dycl_jax.rewrite.plan import Undefined
@@ -165,8 +166,27 @@ def _holds_itself(x: Any, t: torch.Tensor) -> bool:
     return type(x) is not dict and all(e is t or not isinstance(e, torch.Tensor) or _root(e) is not _root(t) for e in x)
 
 
+def _in_place(site: Site, inputs: tuple, outs: tuple) -> tuple:
+    """A branch construct's outputs, its lists and dicts changed only in place (`Site.in_place`)
+    the caller's objects, refilled: a graph construct's outputs are new containers, and another
+    name holding the list (`saved = xs`, then `xs.append(v)` in a branch) must see the change."""
+    if not site.in_place:
+        return outs
+    pairs = [(site.inputs.index(n), site.names.index(n)) for n in site.in_place]
+    return kept_in_place(tuple(inputs), tuple(outs), pairs)
+
+
 def cond(pred: Any, true_fn: Callable, false_fn: Callable, inputs: tuple, site: Site) -> tuple:
     """`if pred: ... else: ...` with branch functions that take `inputs`, return the outputs."""
+    return _in_place(site, inputs, _cond(pred, true_fn, false_fn, inputs, site, sys._getframe(1)))
+
+
+def switch(pred_fns: Sequence[Callable[[], Any]], fns: Sequence[Callable], inputs: tuple, site: Site) -> tuple:
+    """An if/elif/.../else chain: predicates are evaluated in order, Python ones lazily."""
+    return _in_place(site, inputs, _switch(pred_fns, fns, inputs, site, sys._getframe(1)))
+
+
+def _cond(pred: Any, true_fn: Callable, false_fn: Callable, inputs: tuple, site: Site, frame: Any) -> tuple:
     exit_only = isinstance(pred, ExitOnly) or site.kind == "guard"
     pred = static(pred.pred if isinstance(pred, ExitOnly) else pred)
     if not isinstance(pred, torch.Tensor):
@@ -174,9 +194,9 @@ def cond(pred: Any, true_fn: Callable, false_fn: Callable, inputs: tuple, site: 
     if modes.current() == "plain":
         return (true_fn if bool(pred) else false_fn)(*inputs)
     if site.owned:
-        _check_aliases(site, sys._getframe(1))
+        _check_aliases(site, frame)
     if site.kept_aliases:
-        _check_kept_aliases(site, sys._getframe(1).f_locals, sys._getframe(1), branches=True)
+        _check_kept_aliases(site, frame.f_locals, frame, branches=True)
     if exit_only and site.dead_on_exit:
         false_fn = with_dead(false_fn, site)
     if padding.selects(site):
@@ -187,17 +207,17 @@ def cond(pred: Any, true_fn: Callable, false_fn: Callable, inputs: tuple, site: 
     return _choose(site, [(0, pred), (1, True)], [true_fn, false_fn], inputs, exit_only)
 
 
-def switch(pred_fns: Sequence[Callable[[], Any]], fns: Sequence[Callable], inputs: tuple, site: Site) -> tuple:
-    """An if/elif/.../else chain: predicates are evaluated in order, Python ones lazily."""
+def _switch(pred_fns: Sequence[Callable[[], Any]], fns: Sequence[Callable], inputs: tuple, site: Site,
+            frame: Any) -> tuple:
     if modes.current() == "plain":
         for i, pf in enumerate(pred_fns):
             if pf():
                 return fns[i](*inputs)
         return fns[-1](*inputs)
     if site.owned:
-        _check_aliases(site, sys._getframe(1))
+        _check_aliases(site, frame)
     if site.kept_aliases:
-        _check_kept_aliases(site, sys._getframe(1).f_locals, sys._getframe(1), branches=True)
+        _check_kept_aliases(site, frame.f_locals, frame, branches=True)
     candidates: list[tuple[int, Any]] = []
     for i, pf in enumerate(pred_fns):
         p = pf()
@@ -342,6 +362,8 @@ def _loop_plan(site: Site, body_fn: Callable, carry: tuple, invariants: tuple) -
             except DyclError:
                 raise
             except Exception as exc:
+                if raised_by_us(exc):
+                    raise  # our bug, not the body failing on tensors
                 raise DyclError(f"{site.construct}: its body fails when its variables are tensors: "
                                 f"{type(exc).__name__}: {exc}", location=site.location,
                                 fix="keep values the loop changes usable as tensors (e.g. no list indexing "

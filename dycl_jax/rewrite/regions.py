@@ -12,6 +12,7 @@ from typing import Any, Callable, Iterator, Protocol, Sequence
 
 from dycl_jax.errors import Location
 from dycl_jax.rewrite import modes
+from dycl_jax.rewrite.appends import shared_containers
 from dycl_jax.rewrite.decisions import Decision
 from dycl_jax.rewrite.plan import Undefined
 from dycl_jax.rewrite.sites import Site
@@ -47,6 +48,9 @@ class RegionSpec:
     # name would no longer be that tensor on paths that leave the output unchanged)
     aliased: tuple[tuple[int, int], ...] = ()
     live_after: frozenset[str] | None = None  # names read after the region (None: not known)
+    # outputs that are also inputs and that the region never rebinds, only changes in place: a
+    # list or dict among them keeps its identity (appends.kept_in_place)
+    in_place: frozenset[str] = frozenset()
 
     @property
     def label(self) -> str:
@@ -132,7 +136,7 @@ def island(spec: RegionSpec, fn: Callable, values: tuple) -> Any:
     executor = _EXECUTOR.get()
     if executor is not None:
         return executor.run_island(spec, fn, values)
-    if spec.aliased and _replayed_alias_choice(spec, values):
+    if (spec.aliased or spec.in_place) and _replayed_alias_choice(spec, values):
         return NOT_STAGED
     hosted = _PLAIN_ISLANDS.get()
     if hosted is not None and spec.label in hosted:
@@ -147,7 +151,8 @@ def island(spec: RegionSpec, fn: Callable, values: tuple) -> Any:
 def aliased_at_call(spec: RegionSpec, values: tuple) -> bool:
     """Whether two of an island's names that may be one tensor are one at this call: then its
     host version runs (a staged program's outputs are new arrays, which would part them)."""
-    return any(values[i] is values[j] for i, j in spec.aliased)
+    # (and where one list or dict it changes in place is two of its inputs: one object inside it)
+    return any(values[i] is values[j] for i, j in spec.aliased) or bool(spec.in_place and shared_containers(values))
 
 
 AliasChoice = tuple[str, bool]  # (island label, whether its host version ran for aliasing)

@@ -40,6 +40,9 @@ class Site:
     exit_flags: tuple[str, ...] = ()
     # the variables passed to the branch functions, in order (a cond's operands; for the report)
     inputs: tuple[str, ...] = ()
+    # outputs that are inputs no path rebinds, only changes in place: a list or dict among them
+    # stays the caller's object (appends.kept_in_place), as every other name holding it sees
+    in_place: tuple[str, ...] = ()
 
     @property
     def label(self) -> str:

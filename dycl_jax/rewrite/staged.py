@@ -21,7 +21,7 @@ from torch._higher_order_ops.while_loop import while_loop_op
 from torch.fx.experimental.proxy_tensor import disable_proxy_modes_tracing
 from torch.utils._mode_utils import no_dispatch
 
-from dycl_jax.errors import DyclError
+from dycl_jax.errors import DyclError, raised_by_us
 from dycl_jax.rewrite import constants, lazy_state, lifting, names, padding, plan as plans, state_writes
 from dycl_jax.rewrite.sites import Site
 
@@ -65,6 +65,7 @@ class Operands:
 
     def __init__(self, *groups: tuple, carried: int = 0) -> None:
         self.groups = []
+        self.same: list[list[tuple[int, int]]] = []  # per group: (position, earlier position of that object)
         self.tensors: list[torch.Tensor] = []
         self._where: dict[int, int] = {}
         for g, values in enumerate(groups):
@@ -78,6 +79,10 @@ class Operands:
                     else:
                         fresh.append((i, id(v), constants.ConstTensor(c)))
             self.groups.append((leaves, spec, pos, fresh))
+            # one list (dict) under two names (`saved = xs`) is rebuilt as one object: an append
+            # through one name reaches the other inside the branch, as in Python
+            self.same.append([(j, i) for j, v in enumerate(values) if type(v) in (list, dict)
+                              for i in range(j) if values[i] is v])
         self.n_user = len(self.tensors)
         self.writes: dict[int, torch.Tensor] = {}  # slot -> new value, from the last call
         self.slots, index, state = lifting.current()
@@ -109,7 +114,7 @@ class Operands:
         """fn(*group0, *group1, ...) on values rebuilt from operands, with the state swapped in."""
         args: list[Any] = []
         made: dict[int, torch.Tensor] = {}  # one fresh constant per tensor object: aliases stay aliases
-        for leaves, spec, pos, fresh in self.groups:
+        for (leaves, spec, pos, fresh), same in zip(self.groups, self.same):
             rebuilt = list(leaves)
             for i, k in pos:
                 rebuilt[i] = ops[k]
@@ -117,7 +122,10 @@ class Operands:
                 if key not in made:
                     made[key] = c.make()
                 rebuilt[i] = made[key]
-            args.extend(pytree.tree_unflatten(rebuilt, spec))
+            group = list(pytree.tree_unflatten(rebuilt, spec))
+            for j, i in same:
+                group[j] = group[i]
+            args.extend(group)
         with lifting.swapped(self.slots, self.index, ops), state_writes.in_branch() as written:
             out = fn(*args)
             # the new values of the slots the branch wrote (train-mode BatchNorm statistics)
@@ -251,6 +259,8 @@ def loop(site: Site, test_fn: Callable, body_fn: Callable, carry: tuple, invaria
         except DyclError:
             raise
         except Exception as exc:
+            if raised_by_us(exc):
+                raise  # our bug, not the body failing on tensors
             raise DyclError(f"{site.construct}: its body fails when its variables are tensors: "
                             f"{type(exc).__name__}: {exc}", location=site.location,
                             fix="keep values the loop changes usable as tensors (e.g. no list indexing with "

@@ -11,10 +11,28 @@ from dycl_jax.lower.registry import register
 # factors agree, sign and phase conventions of singular and eigenvectors included.
 
 
-def _info(a):
-    """The `info` output of cholesky_ex: 0 per matrix (a failed factorisation gives NaNs; torch
-    would name the first leading minor that is not positive definite)."""
-    return jnp.zeros(a.shape[:-2], jnp.int32)
+def cholesky_info(a, upper: bool = False):
+    """potrf's `info` per matrix, as torch's cholesky_ex returns it: the order of the first
+    leading minor that is not positive definite (its pivot is <= 0 or NaN), else 0. XLA's
+    Cholesky gives only NaNs then, so the pivots come from an unblocked factorisation of the
+    triangle torch reads (the lower one; for `upper`, the upper one, as the lower of a^H)."""
+    m = jnp.conj(jnp.swapaxes(a, -1, -2)) if upper else jnp.asarray(a)
+    n = m.shape[-1]
+    rows = jnp.arange(n)
+
+    def step(j, carry):
+        low, info = carry  # columns >= j of `low` are still zero
+        row = low[..., j, :]
+        pivot = jnp.real(m[..., j, j]) - jnp.sum(jnp.abs(row) ** 2, -1)
+        bad = ~(pivot > 0)
+        info = jnp.where((info == 0) & bad, j + 1, info)
+        d = jnp.sqrt(jnp.where(bad, 1, pivot)).astype(m.dtype)  # once failed, only `info` matters
+        col = (m[..., :, j] - jnp.einsum("...ik,...k->...i", low, jnp.conj(row))) / d[..., None]
+        col = jnp.where(rows > j, col, jnp.where(rows == j, d[..., None], 0))
+        return low.at[..., :, j].set(col), info
+
+    info = jnp.zeros(m.shape[:-2], jnp.int32)
+    return lax.fori_loop(0, n, step, (jnp.zeros_like(m), info))[1] if n else info
 
 
 def lu_info(lu):
@@ -132,10 +150,16 @@ def lu_unpack(lu, pivots, unpack_data=True, unpack_pivots=True):
 
 @register(aten.linalg_cholesky_ex.default)
 def linalg_cholesky_ex(a, *, upper=False, check_errors=False):
-    return cholesky(a, upper), _info(a)
+    return cholesky(a, upper), cholesky_info(a, upper)
 
 
 @register(aten.cholesky.default)
 def cholesky(a, upper=False):
-    low = jnp.linalg.cholesky(a)
+    # torch factors the Hermitian matrix of the triangle it reads (the lower, or the upper);
+    # jnp.linalg.cholesky factors (a + a^H) / 2, another matrix where `a` is not Hermitian. The
+    # gradient stays the symmetrised one, as torch's backward gives it.
+    tri = jnp.triu if upper else jnp.tril
+    mirrored = tri(a) + jnp.conj(jnp.swapaxes(tri(a, 1 if upper else -1), -1, -2))
+    sym = (a + jnp.conj(jnp.swapaxes(a, -1, -2))) / 2
+    low = lax.linalg.cholesky(sym + lax.stop_gradient(mirrored - sym), symmetrize_input=False)
     return jnp.conj(jnp.swapaxes(low, -1, -2)) if upper else low

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import ast
 
+from dycl_jax.rewrite.appends import rebound
 from dycl_jax.rewrite.converters.branches import check_body, kept_aliases, liveness, own_prefix, signature
 from dycl_jax.rewrite.converters.flags import dead_on_exit
 from dycl_jax.rewrite.templates import (Context, assign, function, lambda_, last_assignment_line, locate, name,
@@ -56,8 +57,10 @@ def convert_if(node: ast.If, block: list[ast.stmt], scope: ast.FunctionDef, ctx:
     kept = kept_aliases(live, node, bodies, sig.outputs)
     pad = ctx.unroll is not None and scope is ctx.src.tree  # the method's own joins (padding.py)
     flags = tuple(sorted(getattr(node, "_dycl_flags", ())))
+    changed = rebound([*tests, *(s for b in bodies for s in b)])
+    in_place = tuple(n for n in sig.outputs if n in sig.inputs and n not in changed)
     site = ctx.add_site(kind, node.lineno, tuple(sig.outputs), paths, lines, dead, tuple(sorted(owned)), live_after,
-                        kept, pad, flags, tuple(sig.inputs))
+                        kept, pad, flags, tuple(sig.inputs), in_place)
     stem = ctx.fresh("if" if kind != "elif" else "case")
     fns = []
     for k, (body, owned) in enumerate(zip(bodies, sig.owned)):
@@ -72,5 +75,6 @@ def convert_if(node: ast.If, block: list[ast.stmt], scope: ast.FunctionDef, ctx:
         preds = ast.Tuple(elts=[lambda_([], t) for t in tests], ctx=ast.Load())
         call = op_call("switch", preds, ast.Tuple(elts=[name(f.name) for f in fns], ctx=ast.Load()), inputs, site=site)
     stmt = locate(ast.copy_location(assign(sig.outputs, call), node), node)
+    stmt._dycl_in_place = frozenset(in_place)  # type: ignore[attr-defined]  (not a rebinding: appends.rebound)
     i = next(k for k, s in enumerate(block) if s is node)
     block[i:i + 1] = [*fns, stmt]

@@ -16,7 +16,7 @@ import itertools
 from collections import Counter
 
 from dycl_jax.analysis.scopes import Access, access, function_locals, param_names
-from dycl_jax.rewrite.appends import appended
+from dycl_jax.rewrite.appends import appended, rebound
 from dycl_jax.rewrite.converters.branches import liveness
 from dycl_jax.rewrite.converters.logical import _Logical, truth
 from dycl_jax.rewrite.regions import RegionSpec, StatementSpec
@@ -288,7 +288,8 @@ class _Splitter:
         self.ctx.sites.append(RegionSpec(self.ctx.src.file, first,  # type: ignore[arg-type]
                                          (StatementSpec(fn_name, tuple(ins), tuple(outs), first, self.ctx.code(first)),),
                                          tuple(ins), tuple(outs), "island",
-                                         aliased=tuple((ins.index(n), ins.index(m)) for n, m in pairs)))
+                                         aliased=tuple((ins.index(n), ins.index(m)) for n, m in pairs),
+                                         in_place=frozenset(set(ins) & set(outs) - rebound(run))))
         result = self.ctx.fresh("staged")
         self.locals.add(result)
         call = set_name(result, op_call("island", _table(site), name(fn_name), tuple_of(ins)))
@@ -454,7 +455,8 @@ class _Splitter:
         outs = sorted(n for n in defined if n in elsewhere or n in exposed or n in forced or n.startswith("_dycl_"))
         live = self._live_after(run)
         spec = RegionSpec(self.ctx.src.file, run[0].lineno, tuple(stmts), tuple(exposed), tuple(outs),
-                          live_after=None if live is None else frozenset(live))
+                          live_after=None if live is None else frozenset(live),
+                          in_place=frozenset(set(exposed) & set(outs) - rebound(run)))
         self.ctx.sites.append(spec)  # type: ignore[arg-type]  (generated code reads specs from the site table)
         call = op_call("region", _table(len(self.ctx.sites) - 1),
                        ast.Tuple(elts=[name(st.fn) for st in stmts], ctx=ast.Load()),

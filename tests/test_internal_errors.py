@@ -1,0 +1,100 @@
+"""Our own exceptions are bugs: a KeyError raised inside dycl_jax while an island (or a region)
+is captured or lowered surfaces as that KeyError under host="dispatch" and host="auto", never
+answered by the island's host version, a split, or a quiet move from staged to dispatch; a
+genuine capture failure of an island still runs its host version and matches torch."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+import dycl_jax
+import dycl_jax.lower.ops  # noqa: F401  (fills the registry)
+from dycl_jax.lower import registry
+from dycl_jax.lower.ops import control_flow
+from differential import assert_same  # pytest puts tests/ on sys.path
+
+
+def _bug(where: object) -> object:
+    """A function that raises KeyError as a bug in `where` (one of our modules) would: its frame
+    lies in that file, which is how dycl_jax tells its own exceptions from the user's."""
+    ns: dict = {}
+    exec(compile("def bug(*args, **kwargs):\n    raise KeyError('injected')\n", where.__file__, "exec"), ns)
+    return ns["bug"]
+
+
+class NumpyGate(nn.Module):
+    """An island (`if` on a tensor) between a numpy-reduced `.item()` and a `with no_grad()`
+    block: the island stages on its own, so only its own capture can hit the bug."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x):
+        scale = float(np.float32(x.abs().sum().item()) / 4.0)
+        with torch.no_grad():
+            h = self.fc(x) * scale
+        if h.sum() > 0:
+            h = torch.sigmoid(h)
+        else:
+            h = h - 1
+        return h
+
+
+class PlainGate(NumpyGate):
+    """The same without the numpy value: it stages, so under host="auto" the bug is met staged,
+    where it must not count as a reason to try the dispatch host."""
+
+    def forward(self, x):
+        h = self.fc(x)
+        if h.sum() > 0:
+            h = torch.sigmoid(h)
+        else:
+            h = h - 1
+        return h
+
+
+class WidthGate(nn.Module):
+    """An island whose branches give different widths: it cannot stage (a genuine capture
+    failure), so its host version runs; a Python list and a flag built as a tensor."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x):
+        outs = [torch.tanh(self.fc(x))]
+        flag = torch.tensor(1)
+        if outs[-1].sum() > 0:
+            y = outs[-1][:, :2] * flag
+        else:
+            y = outs[-1][:, :3]
+        return y
+
+
+@pytest.mark.parametrize("host, model", [("dispatch", NumpyGate), ("auto", NumpyGate), ("auto", PlainGate)])
+def test_an_internal_error_lowering_an_island_surfaces_as_itself(host, model, monkeypatch) -> None:
+    torch.manual_seed(0)
+    model = model().eval()
+    x = torch.randn(2, 4)
+    # the cond lowering only an island uses (its host version has no torch.cond)
+    monkeypatch.setitem(registry._TABLE, torch.ops.higher_order.cond, _bug(control_flow))
+    with pytest.raises(KeyError, match="injected"):
+        dycl_jax.to_jax(model, (x,), host=host)(x)
+
+
+def test_a_genuine_island_capture_failure_runs_its_host_version() -> None:
+    torch.manual_seed(0)
+    model = WidthGate().eval()
+    xs = [torch.randn(1, 4) * 3 for _ in range(4)]
+    jm = dycl_jax.to_jax(model, (xs[0],), host="auto")
+    widths = set()
+    for x in xs:
+        with torch.no_grad():
+            want = model(x)
+        assert_same(want, jm(x), "WidthGate")
+        widths.add(want.shape[1])
+    assert widths == {2, 3}
+    assert jm.host == "dispatch" and jm._fn.failed_islands()
