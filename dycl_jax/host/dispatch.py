@@ -28,7 +28,7 @@ import torch.utils._pytree as pytree
 
 from dycl_jax.capture import int_inputs
 from dycl_jax.capture.region import HostValueError, capture_call, lost_update
-from dycl_jax.errors import AliasedUpdateError, CallError, DyclError, InputMutationError, Location
+from dycl_jax.errors import AliasedUpdateError, CallError, DyclError, InputMutationError, Location, StagedAliasError
 from dycl_jax.host import jax_ops, training, values
 from dycl_jax.host.attributes import DynamicAttributes
 from dycl_jax.host.module_state import ModuleState
@@ -537,8 +537,9 @@ class DispatchHost:
             except _NewAttributes:
                 raise
             except Exception as exc:  # noqa: BLE001  (classified below; our own bugs are re-raised)
-                if isinstance(exc, (AliasedUpdateError, InputMutationError)):
-                    raise  # its host version could not keep the update either
+                if isinstance(exc, (AliasedUpdateError, InputMutationError)) \
+                        and not (spec.kind == "island" and isinstance(exc, StagedAliasError)):
+                    raise  # its host version could not keep the update either (an island's construct in Python can)
                 # a lowering may need one of the ints as a value: try again with them constant (no help
                 # where the shape comes from tensor data: that export would fail the same way)
                 if symbolic and not values.data_dependent(exc):

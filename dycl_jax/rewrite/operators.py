@@ -20,7 +20,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from dycl_jax.errors import AliasedUpdateError, DyclError, InputMutationError
+from dycl_jax.errors import AliasedUpdateError, DyclError, InputMutationError, StagedAliasError
 from dycl_jax.rewrite import padding, plan as plans, staged
 from dycl_jax.rewrite import modes
 from dycl_jax.rewrite.constants import static
@@ -63,7 +63,7 @@ def _check_kept_aliases(site: Site, values: dict, frame: Any, branches: bool = F
             continue  # both outputs: decided after the join (_check_split_aliases)
         t = values.get(n)
         if isinstance(t, torch.Tensor) and local.get(m) is t:
-            raise AliasedUpdateError(
+            raise StagedAliasError(
                 f"{site.construct}: `{n}` is the same tensor as `{m}` before it and stays so on a path that "
                 f"leaves `{n}` unchanged; one of them is updated in place later while the other is still read, "
                 f"which torch applies to both on that path only, and a converted construct gives `{n}` a new tensor",
@@ -100,7 +100,7 @@ def _check_loop_aliases(site: Site, values: dict, frame: Any) -> None:
         for m, x in others.items():
             how = _shares(x, t) if m != n and not m.startswith("_dycl_") else None
             if how is not None:
-                raise AliasedUpdateError(
+                raise _alias_error(how, x, t)(
                     f"{site.construct}: its body updates `{n}` in place, and `{m}` "
                     + {"same": "is the same tensor", "element": "holds it (or a view of it)",
                        "view": "shares its memory (a view)"}[how]
@@ -118,7 +118,7 @@ def _check_split_aliases(site: Site, plan: plans.Plan, inputs: tuple) -> None:
     for n, m in site.kept_aliases:
         if n in site.names and m in site.names and isinstance(given.get(n), torch.Tensor) \
                 and given.get(n) is given.get(m) and not plan.one_tensor(site.names.index(n), site.names.index(m)):
-            raise AliasedUpdateError(
+            raise StagedAliasError(
                 f"{site.construct}: `{n}` and `{m}` are the same tensor before it, and stay so on some paths but not "
                 f"on others; one of them is updated in place later while the other is still read, which torch "
                 f"applies to both on those paths only, and a converted construct cannot choose by a tensor "
@@ -154,10 +154,17 @@ def _check_aliases(site: Site, frame: Any) -> None:
             fix = (f"make `{m}` a copy (`.clone()` where it is made from `{n}`, or `{n}`'s from it) if it must not "
                    f"change, or update `{m}` by name after the `if`") if how == "view" else \
                 (f"update `{m}` by name too, or copy first (`{n} = {n}.clone()` before the `if`) if `{m}` must not change")
-            raise AliasedUpdateError(
+            raise _alias_error(how, local.get(m), t)(
                 f"{site.construct}: a path updates `{n}` in place, and `{m}`{' (read later)' if m in site.live_after else ''} "
                 f"{what}; torch changes both, a converted branch would change only `{n}`",
                 location=site.location, fix=fix)
+
+
+def _alias_error(how: str, x: Any, t: torch.Tensor) -> type[AliasedUpdateError]:
+    """StagedAliasError where only identity is at stake (the same tensor, or a list holding it as
+    itself): Python control flow keeps it, so the construct may run on the dispatch host; a view
+    no host can keep (its arrays are separate), so that refusal is final."""
+    return StagedAliasError if how == "same" or (how == "element" and _holds_itself(x, t)) else AliasedUpdateError
 
 
 def _holds_itself(x: Any, t: torch.Tensor) -> bool:
