@@ -297,16 +297,21 @@ def _subsite(site: Site, indices: list[int]) -> Site:
 # ---------------------------------------------------------------- loops
 
 @_graph_construct
-def while_loop(test_fn: Callable, body_fn: Callable, carry: tuple, invariants: tuple, site: Site) -> tuple:
+def while_loop(test_fn: Callable, body_fn: Callable, carry: tuple, invariants: tuple, site: Site,
+               _frame: Any = None) -> tuple:
     """`while test: body` with the loop variables `carry` (returned) and read-only `invariants`."""
     carry = tuple(carry)
     mode = modes.current()
-    frame = sys._getframe(2)  # the user's function (this operator is wrapped once)
+    frame = _frame or sys._getframe(2)  # the user's function (this operator is wrapped once)
     while True:  # Python iterations until the test is a tensor
         if mode == "staging":
             with modes.dry_run((carry, invariants)) as (c, inv):
                 probe = static(test_fn(*c, *inv))  # no graph nodes for a test that is only looked at
             if isinstance(probe, torch.Tensor):
+                merged = _merge_unbound(site, test_fn, body_fn, carry)
+                if merged is not None:
+                    sub, test, body, reduced, expand = merged
+                    return expand(while_loop(test, body, reduced, invariants, sub, _frame=frame))
                 if site.owned:
                     _check_loop_aliases(site, dict(zip(site.inputs, (*carry, *invariants))), frame)
                 if site.kept_aliases:
@@ -315,6 +320,10 @@ def while_loop(test_fn: Callable, body_fn: Callable, carry: tuple, invariants: t
                 return plan.rebuild(tensors)
         test = static(test_fn(*carry, *invariants))
         if isinstance(test, torch.Tensor) and mode != "plain":
+            merged = _merge_unbound(site, test_fn, body_fn, carry)
+            if merged is not None:
+                sub, test_m, body_m, reduced, expand = merged
+                return expand(while_loop(test_m, body_m, reduced, invariants, sub, _frame=frame))
             if site.owned:
                 _check_loop_aliases(site, dict(zip(site.inputs, (*carry, *invariants))), frame)
             if site.kept_aliases:
@@ -334,6 +343,54 @@ def while_loop(test_fn: Callable, body_fn: Callable, carry: tuple, invariants: t
             return carry
         carry = plan.normalize(tuple(body_fn(*carry, *invariants)))
         test = test_fn(*carry, *invariants)
+
+
+def _merge_unbound(site: Site, test_fn: Callable, body_fn: Callable, carry: tuple) -> tuple | None:
+    """Loop variables the body never rebinds (`Site.unbound`) that are one tensor at the loop
+    (`a = v` before it, `a[0] = ...` in the body): carried as one, since they stay one tensor on
+    every iteration and after it (the staged body would take each as its own tensor). Returns
+    the site, test, body and carry over the merged variables, and how to expand its result;
+    None where nothing merges."""
+    first: dict[int, int] = {}
+    keep: list[int] = []
+    where: list[int] = []  # position in the merged carry of each variable
+    for i, (n, x) in enumerate(zip(site.names, carry)):
+        one = n in site.unbound and isinstance(x, torch.Tensor)
+        if one and id(x) in first:
+            where.append(first[id(x)])
+            continue
+        if one:
+            first[id(x)] = len(keep)
+        where.append(len(keep))
+        keep.append(i)
+    if len(keep) == len(carry):
+        return None
+    k = len(keep)
+    rep = {n: site.names[keep[w]] for n, w in zip(site.names, where)}
+    gone = {n for n, m in rep.items() if n != m}
+    names = tuple(site.names[i] for i in keep)
+    pairs = {(rep.get(n, n), rep.get(m, m)) for n, m in site.kept_aliases}
+    sub = dataclasses.replace(
+        site, names=names, lines=tuple(tuple(p[i] for i in keep) for p in site.lines),
+        owned=tuple(sorted({rep.get(n, n) for n in site.owned})), inputs=names + site.inputs[len(site.names):],
+        live_after=tuple(n for n in site.live_after if n not in gone), unbound=(),
+        kept_aliases=tuple(sorted((n, m) for n, m in pairs if n != m)))
+
+    def expand(values: Sequence[Any]) -> tuple:
+        return tuple(values[w] for w in where)
+
+    def test(*args: Any) -> Any:
+        return test_fn(*expand(args[:k]), *args[k:])
+
+    def body(*args: Any) -> tuple:
+        out = tuple(body_fn(*expand(args[:k]), *args[k:]))
+        if any(out[i] is not out[keep[w]] for i, w in enumerate(where)):  # (unbound: never seen)
+            raise StagedAliasError(f"{site.construct}: names that are one tensor at the loop part in its body",
+                                   location=site.location, fix="copy before the loop (`.clone()`) the name that "
+                                                               "must not change")
+        return tuple(out[i] for i in keep)
+
+    return sub, test, body, tuple(carry[i] for i in keep), expand
 
 
 def _loop_plan(site: Site, body_fn: Callable, carry: tuple, invariants: tuple) -> plans.Plan:

@@ -47,6 +47,9 @@ class RegionSpec:
     # name would no longer be that tensor on paths that leave the output unchanged)
     aliased: tuple[tuple[int, int], ...] = ()
     live_after: frozenset[str] | None = None  # names read after the region (None: not known)
+    # names that may hold a tensor a statement from the region on updates in place (None: any);
+    # a region output that is a view of another live name is refused where one of them is in it
+    updated_later: frozenset[str] | None = None
 
     @property
     def label(self) -> str:

@@ -40,6 +40,9 @@ class Site:
     exit_flags: tuple[str, ...] = ()
     # the variables passed to the branch functions, in order (a cond's operands; for the report)
     inputs: tuple[str, ...] = ()
+    # (while) loop variables the body never rebinds (only reads or updates in place): two of
+    # them that are one tensor at the loop stay one tensor (operators.while_loop merges them)
+    unbound: tuple[str, ...] = ()
 
     @property
     def label(self) -> str:
