@@ -16,7 +16,8 @@ from torch.nn.modules.batchnorm import _BatchNorm
 
 import dycl_jax.lower.ops  # noqa: F401  (registers every lowering)
 from dycl_jax.capture.export import StateEntry, TensorSpec, _leaf_names, capture
-from dycl_jax.errors import AliasedUpdateError, DyclError, InputMutationError, UnsupportedOpError, raised_by_us
+from dycl_jax.errors import (AliasedUpdateError, DyclError, InputMutationError, StagedAliasError,
+                             UnsupportedOpError, raised_by_us)
 from dycl_jax.emit.writer import EmitInput
 from dycl_jax.host.dispatch import DispatchHost
 from dycl_jax.host.select import HOSTS, dispatch_reason, staged_refusal, user_location
@@ -90,11 +91,9 @@ def to_jax(
                     raise
             # as written the method does not stage: with its decode loop unrolled it may
             return _staged(model, args, method, dynamic_batch, step, UnrollOption(max_len))
-        except (UnsupportedOpError, InputMutationError, AliasedUpdateError):
-            raise  # a missing lowering, or an update dispatch could not keep either, is the same under either host
         except DyclError as exc:  # the method does not stage as one program (our own bugs propagate)
-            if raised_by_us(exc):
-                raise  # a DyclError over our own KeyError, NameError, ...: a bug, not a reason to dispatch
+            if raised_by_us(exc) or _same_under_either_host(exc):
+                raise  # our own bug under a DyclError, or a refusal the dispatch host would give too
             if host == "staged":
                 raise staged_refusal(exc) from exc
             reason = dispatch_reason(exc)
@@ -103,6 +102,13 @@ def to_jax(
     jm.dispatch_location = where
     jm.source = model_source(model, method)
     return jm
+
+
+def _same_under_either_host(exc: DyclError) -> bool:
+    """A missing lowering, or an update the dispatch host could not keep either: no fallback.
+    (A staged construct's alias refusal is answered by the dispatch host, which runs it in Python.)"""
+    return isinstance(exc, (UnsupportedOpError, InputMutationError, AliasedUpdateError)) \
+        and not isinstance(exc, StagedAliasError)
 
 
 def _staged(model: torch.nn.Module, args: tuple, method: str, dynamic_batch: bool,
@@ -194,10 +200,8 @@ def _training(model: torch.nn.Module, args: tuple, method: str, host: str, dynam
     try:
         with rewritten(model, method) as rewrite_record, staging():
             cap = capture(model, args, method, dynamic_batch=dynamic_batch, train=True)
-    except (UnsupportedOpError, InputMutationError, AliasedUpdateError):
-        raise
     except DyclError as exc:
-        if raised_by_us(exc):
+        if raised_by_us(exc) or _same_under_either_host(exc):
             raise
         if host == "staged":
             raise staged_refusal(exc) from exc

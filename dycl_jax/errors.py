@@ -64,6 +64,13 @@ class AliasedUpdateError(CaptureError):
     a converted branch returns a new value to the name it updates only, under either host."""
 
 
+class StagedAliasError(AliasedUpdateError):
+    """A staged construct (`if`/`while` on a tensor) cannot keep an in-place update for every
+    name that holds the tensor, because which names are one tensor depends on the path taken;
+    Python control flow can (the dispatch host runs the construct in Python, its regions take
+    names of one tensor as one array), so `host="auto"` and islands fall back on it."""
+
+
 class CallError(DyclError):
     """A converted model was called with arguments that do not match its signature."""
 

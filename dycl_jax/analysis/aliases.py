@@ -14,7 +14,8 @@ _VIEWS = frozenset({
 class Aliases:
     """Union-find over names connected by assignments that may make them the same tensor:
     `a = v`, `a, b = v, w`, `a = v if c else w`, `xs = [v]` / `xs.append(v)` / `xs[0] = v` (a
-    container and what it holds), `a = xs[0]`, `for a in xs`, `a = v.view(...)` and other views.
+    container and what it holds), `a = xs[0]`, `for a in xs`, `a = v.view(...)` and other views,
+    `a = v.mul_(s)` (an in-place method returns its tensor).
     Over-approximate on purpose: a pair it misses could lose an in-place update."""
 
     def __init__(self, scope: ast.AST) -> None:
@@ -67,6 +68,11 @@ class Aliases:
         return self._find(n) == self._find(m)
 
 
+def _in_place(method: str) -> bool:
+    """`add_`, `mul_`, `clamp_`, `masked_fill_`, ...: torch's in-place methods end in one underscore."""
+    return method.endswith("_") and not method.startswith("_")
+
+
 def _targets(target: ast.AST) -> set[str]:
     """Names a target binds, or the container it stores into (`xs[0] = v`, `o.x = v`: xs, o)."""
     if isinstance(target, ast.Name):
@@ -107,8 +113,9 @@ def _sources(value: ast.AST) -> set[str]:
         return {value.target.id} | _sources(value.value)  # type: ignore[union-attr]
     if isinstance(value, (ast.Subscript, ast.Attribute)):
         return _sources(value.value)  # an element, a slice (a view), `v.T`, `v.data`
-    if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr in _VIEWS:
-        return _sources(value.func.value)
+    if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) \
+            and (value.func.attr in _VIEWS or _in_place(value.func.attr)):
+        return _sources(value.func.value)  # (an in-place method, `v.mul_(s)`, returns its tensor)
     if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id in ("list", "tuple", "iter",
                                                                                               "reversed", "zip", "enumerate"):
         return set().union(*(_sources(a) for a in value.args)) if value.args else set()

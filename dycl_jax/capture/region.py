@@ -47,6 +47,7 @@ class CapturedRegion:
     ints: int_inputs.SymbolicInts | None = None  # the Python ints exported as symbols, if any
     # train mode: the state paths of the buffers the region updates (the graph's first outputs)
     mutations: tuple[str, ...] = ()
+    views: tuple[tuple[int, str, int], ...] = ()  # output leaves that are views (view_pairs)
 
 
 class _CallWrapper(torch.nn.Module):
@@ -121,8 +122,33 @@ class _CallWrapper(torch.nn.Module):
             else:
                 raise HostValueError(f"a {type(v).__name__} object, which is not a tensor or a Python constant")
         self._sink.update(tree=tree, slots=slots, constants=constants, mutated=mutated, passed=passed,
-                          computed=computed, unresolved=unresolved)
+                          computed=computed, unresolved=unresolved, views=view_pairs(leaves, flat))
         return tuple(results)
+
+
+def view_pairs(inputs: list[Any], outputs: list[Any],
+               root: Callable[[torch.Tensor], torch.Tensor] | None = None) -> tuple[tuple[int, str, int], ...]:
+    """(k, "in" or "out", j): output leaf k shares memory with input leaf j or an earlier output
+    leaf j without being that tensor (a view: slicing, `.view`, `.t()`, `.detach()`). Torch
+    changes both where one is updated in place; the host holds them as separate arrays.
+    `root`: the tensor a tensor views (default: its `_base`, or itself)."""
+    root = root or _root
+    seen: dict[int, tuple[str, int, torch.Tensor]] = {}
+    for j, t in enumerate(inputs):
+        if isinstance(t, torch.Tensor):
+            seen.setdefault(id(root(t)), ("in", j, t))
+    pairs = []
+    for k, t in enumerate(outputs):
+        if not isinstance(t, torch.Tensor):
+            continue
+        kind, j, other = seen.setdefault(id(root(t)), ("out", k, t))
+        if other is not t:  # (named by the view where one of two outputs is the base)
+            pairs.append((j, "out", k) if kind == "out" and root(t) is t else (k, kind, j))
+    return tuple(pairs)
+
+
+def _root(t: torch.Tensor) -> torch.Tensor:
+    return t._base if t._base is not None else t
 
 
 def _parts(v: Any) -> tuple:
@@ -184,5 +210,5 @@ def capture_call(root: torch.nn.Module, fn: Callable, args: tuple, context: Call
                       if s.kind == torch.export.graph_signature.OutputKind.BUFFER_MUTATION) if train else ()
     return CapturedRegion(ep, _state_entries(ep, train), sink["tree"], sink["slots"], sink["constants"],
                           time.perf_counter() - start, sink["mutated"], sink["passed"], tuple(wrapper._index), ints,
-                          mutations)
+                          mutations, sink["views"])
 

@@ -15,7 +15,6 @@ import contextvars
 import functools
 import operator
 import os
-import sys
 import types
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Sequence
@@ -27,11 +26,13 @@ import torch
 import torch.utils._pytree as pytree
 
 from dycl_jax.capture import int_inputs
-from dycl_jax.capture.region import HostValueError, capture_call, lost_update
-from dycl_jax.errors import AliasedUpdateError, CallError, DyclError, InputMutationError, Location, raised_by_us
+from dycl_jax.capture.region import HostValueError, capture_call, lost_update, view_pairs
+from dycl_jax.errors import (AliasedUpdateError, CallError, DyclError, InputMutationError, Location,
+                             StagedAliasError, raised_by_us)
 from dycl_jax.host import jax_ops, training, values
 from dycl_jax.host.attributes import DynamicAttributes
 from dycl_jax.host.module_state import ModuleState
+from dycl_jax.host.views import check_views_kept, user_locals
 from dycl_jax.capture.fingerprint import graph_fingerprint
 from dycl_jax.lower.int_ranges import int64_verdict, int_scope
 from dycl_jax.lower.interpreter import LoweredGraph
@@ -41,7 +42,7 @@ from dycl_jax.rewrite.appends import appending, kept_in_place, rejoined, shared_
 from dycl_jax.rewrite.modes import exclusive, staging
 from dycl_jax.lower.ops.control_flow import recording
 from dycl_jax.rewrite.regions import (NOT_STAGED, AliasChoice, RegionSpec, aliased_at_call, executing, note_margin,
-                                      record_compiled, recording_margins, region, run_statements)
+                                      island, record_compiled, recording_margins, region, run_statements)
 
 # True while a host statement runs in torch: a dispatch-rewritten method called from there
 # converts its tensor arguments to JAX and its results back.
@@ -137,6 +138,7 @@ class Compiled:
     # writes its source without capturing again (one fx graph per signature; the lowered program holds
     # the first of each fingerprint anyway); None for symbolic ints and train mode
     captured: Any = field(default=None, compare=False, repr=False)
+    views: tuple[tuple[int, str, int], ...] = ()  # output leaves that are views of others (checked once)
 
     def __post_init__(self) -> None:
         # the per-call gathers run in C (itemgetter): islands take every parameter they read
@@ -183,10 +185,7 @@ def _check_aliases_kept(spec: RegionSpec, part: "Part", vals: tuple, leaves: lis
     holds: torch changes both; the region gives a new value only to the names it outputs.
     (Checked when the region is captured, from the frame of the user's function and the names
     of a split region computed so far.)"""
-    frame = sys._getframe()
-    while frame is not None and frame.f_code is not region.__code__:
-        frame = frame.f_back
-    local = {**(frame.f_back.f_locals if frame is not None and frame.f_back is not None else {}), **env}
+    local = user_locals(env, (region,))
     owner = [n for n, v in zip(part.ins, vals) for _ in jax.tree_util.tree_leaves(v)]  # leaf -> its name
     # a name no later statement reads may keep the old tensor
     later = None if spec.live_after is None else spec.live_after.union(*(st.ins for st in spec.statements[part.stop:]))
@@ -499,12 +498,14 @@ class DispatchHost:
             # (values cross to JAX as arrays: no autograd graph needed)
             if part.in_torch is None and jax_ops.calls_higher_order(fns[part.first:part.stop]):
                 part.in_torch = "calls a torch higher-order op (torch.cond, while_loop, ...)"
+            roots: dict[int, torch.Tensor] = {}  # what the results of view ops view (jax_ops computes copies)
             if part.in_torch is None:  # computed by JAX ops where it can be (host/jax_ops.py)
                 torch_leaves, inputs, versions = self._host_inputs(leaves)
                 vals, attrs = jax.tree_util.tree_unflatten(tree, torch_leaves)
                 vals = rejoined(vals, shared)
                 try:
-                    (outs, new_attrs), ops = jax_ops.run_in_jax(lambda: self._body(spec, part, fns)(vals, attrs))
+                    (outs, new_attrs), ops = jax_ops.run_in_jax(lambda: self._body(spec, part, fns)(vals, attrs),
+                                                                roots)
                     part.jax_ops = sorted(set(part.jax_ops) | set(ops))
                 except jax_ops.NotInJax as exc:  # it stopped before any in-place update: run it in torch
                     part.in_torch = str(exc)
@@ -515,6 +516,10 @@ class DispatchHost:
                 outs, new_attrs = self._body(spec, part, fns)(rejoined(vals, shared), attrs)
         changed = {id(t) for t, v in zip(inputs, versions) if t._version != v}
         self._check_arguments_kept(spec, part, leaves, tuple(i for i, t in enumerate(torch_leaves) if id(t) in changed))
+        views = view_pairs(torch_leaves, jax.tree_util.tree_leaves((outs, new_attrs)),
+                           lambda t: roots.get(id(t), t._base if t._base is not None else t))
+        if views:
+            check_views_kept(spec, part, vals, leaves, outs, views, user_locals(self._region_env or {}, (region, island)))
         try:
             lost_update(None, inputs, versions, jax.tree_util.tree_leaves((outs, new_attrs)))
         except HostValueError as exc:
@@ -560,8 +565,9 @@ class DispatchHost:
             except _NewAttributes:
                 raise
             except Exception as exc:  # noqa: BLE001  (classified below; our own bugs are re-raised)
-                if isinstance(exc, (AliasedUpdateError, InputMutationError)):
-                    raise  # its host version could not keep the update either
+                if isinstance(exc, (AliasedUpdateError, InputMutationError)) \
+                        and not (spec.kind == "island" and isinstance(exc, StagedAliasError)):
+                    raise  # its host version could not keep the update either (an island's construct in Python can)
                 if raised_by_us(exc):
                     raise  # our bug: never a retry, an island's host version or a split
                 # a lowering may need one of the ints as a value: try again with them constant (no help
@@ -588,6 +594,9 @@ class DispatchHost:
         self._check_arguments_kept(spec, part, leaves, entry.mutated)
         if entry.mutated and spec.kind == "region":
             _check_aliases_kept(spec, part, vals, leaves, entry.mutated, self._region_env or {})
+        if entry.views:
+            check_views_kept(spec, part, vals, leaves, outs, entry.views, user_locals(self._region_env or {},
+                                                                                       (region, island)))
         if new_attrs is not None:
             self.attrs.write(new_attrs)
         return outs
@@ -733,7 +742,7 @@ class DispatchHost:
         return Compiled(fn, sources, list(cap.inputs), cap.out_tree, cap.slots, cap.constants, cap.mutated,
                         cap.passed if any(p is not None for p in cap.passed) else None,
                         not torch.is_grad_enabled(), wide, margins, ints.guard,
-                        ints.results, ints.leaves)
+                        ints.results, ints.leaves, views=cap.views)
 
     def _fall_back(self, st: RegionState, part: Part, fns: Sequence[Callable], vals: tuple, leaves: list,
                    tree: Any, key: Any, exc: BaseException) -> tuple:

@@ -135,6 +135,7 @@ class JaxOps(TorchDispatchMode):
         self._table = registered()
         self._aliased: set[int] = set()
         self._keep: list[torch.Tensor] = []
+        self.roots: dict[int, torch.Tensor] = {}  # id of a view op's result -> the tensor torch's would view
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
@@ -172,6 +173,10 @@ class JaxOps(TorchDispatchMode):
                 if isinstance(t, torch.Tensor):
                     self._aliased.add(id(t))
                     self._keep.append(t)  # ids stay unique while the statement runs
+            base = next((t for t in pytree.tree_leaves(args) if isinstance(t, torch.Tensor)), None)
+            if base is not None:
+                root = self.roots.get(id(base), base)
+                self.roots.update((id(t), root) for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor))
 
     def _lowered(self, func: Any, fn: Callable, args: tuple, kwargs: dict) -> Any:
         tensors = [t for t in pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
@@ -187,10 +192,13 @@ class JaxOps(TorchDispatchMode):
         return result
 
 
-def run_in_jax(body: Callable[[], Any]) -> tuple[Any, list[str]]:
+def run_in_jax(body: Callable[[], Any], roots: dict[int, torch.Tensor] | None = None) -> tuple[Any, list[str]]:
     """`body()` with every ATen op computed by JAX (64-bit scope); its result and the ops it ran.
+    `roots`, if given, gets the tensor each view op's result would view in torch (`JaxOps.roots`).
     Raises NotInJax where that cannot be exact."""
     mode = JaxOps()
+    if roots is not None:
+        mode.roots = roots
     token = _ACTIVE.set(True)
     try:
         with jax.enable_x64(True), mode:

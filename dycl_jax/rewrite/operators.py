@@ -20,7 +20,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from dycl_jax.errors import AliasedUpdateError, DyclError, InputMutationError, raised_by_us
+from dycl_jax.errors import AliasedUpdateError, DyclError, InputMutationError, StagedAliasError, raised_by_us
 from dycl_jax.rewrite import padding, plan as plans, staged
 from dycl_jax.rewrite import modes
 from dycl_jax.rewrite.appends import kept_in_place
@@ -64,7 +64,7 @@ def _check_kept_aliases(site: Site, values: dict, frame: Any, branches: bool = F
             continue  # both outputs: decided after the join (_check_split_aliases)
         t = values.get(n)
         if isinstance(t, torch.Tensor) and local.get(m) is t:
-            raise AliasedUpdateError(
+            raise StagedAliasError(
                 f"{site.construct}: `{n}` is the same tensor as `{m}` before it and stays so on a path that "
                 f"leaves `{n}` unchanged; one of them is updated in place later while the other is still read, "
                 f"which torch applies to both on that path only, and a converted construct gives `{n}` a new tensor",
@@ -101,7 +101,7 @@ def _check_loop_aliases(site: Site, values: dict, frame: Any) -> None:
         for m, x in others.items():
             how = _shares(x, t) if m != n and not m.startswith("_dycl_") else None
             if how is not None:
-                raise AliasedUpdateError(
+                raise _alias_error(how, x, t)(
                     f"{site.construct}: its body updates `{n}` in place, and `{m}` "
                     + {"same": "is the same tensor", "element": "holds it (or a view of it)",
                        "view": "shares its memory (a view)"}[how]
@@ -119,7 +119,7 @@ def _check_split_aliases(site: Site, plan: plans.Plan, inputs: tuple) -> None:
     for n, m in site.kept_aliases:
         if n in site.names and m in site.names and isinstance(given.get(n), torch.Tensor) \
                 and given.get(n) is given.get(m) and not plan.one_tensor(site.names.index(n), site.names.index(m)):
-            raise AliasedUpdateError(
+            raise StagedAliasError(
                 f"{site.construct}: `{n}` and `{m}` are the same tensor before it, and stay so on some paths but not "
                 f"on others; one of them is updated in place later while the other is still read, which torch "
                 f"applies to both on those paths only, and a converted construct cannot choose by a tensor "
@@ -155,10 +155,17 @@ def _check_aliases(site: Site, frame: Any) -> None:
             fix = (f"make `{m}` a copy (`.clone()` where it is made from `{n}`, or `{n}`'s from it) if it must not "
                    f"change, or update `{m}` by name after the `if`") if how == "view" else \
                 (f"update `{m}` by name too, or copy first (`{n} = {n}.clone()` before the `if`) if `{m}` must not change")
-            raise AliasedUpdateError(
+            raise _alias_error(how, local.get(m), t)(
                 f"{site.construct}: a path updates `{n}` in place, and `{m}`{' (read later)' if m in site.live_after else ''} "
                 f"{what}; torch changes both, a converted branch would change only `{n}`",
                 location=site.location, fix=fix)
+
+
+def _alias_error(how: str, x: Any, t: torch.Tensor) -> type[AliasedUpdateError]:
+    """StagedAliasError where only identity is at stake (the same tensor, or a list holding it as
+    itself): Python control flow keeps it, so the construct may run on the dispatch host; a view
+    no host can keep (its arrays are separate), so that refusal is final."""
+    return StagedAliasError if how == "same" or (how == "element" and _holds_itself(x, t)) else AliasedUpdateError
 
 
 def _holds_itself(x: Any, t: torch.Tensor) -> bool:
@@ -310,16 +317,21 @@ def _subsite(site: Site, indices: list[int]) -> Site:
 # ---------------------------------------------------------------- loops
 
 @_graph_construct
-def while_loop(test_fn: Callable, body_fn: Callable, carry: tuple, invariants: tuple, site: Site) -> tuple:
+def while_loop(test_fn: Callable, body_fn: Callable, carry: tuple, invariants: tuple, site: Site,
+               _frame: Any = None) -> tuple:
     """`while test: body` with the loop variables `carry` (returned) and read-only `invariants`."""
     carry = tuple(carry)
     mode = modes.current()
-    frame = sys._getframe(2)  # the user's function (this operator is wrapped once)
+    frame = _frame or sys._getframe(2)  # the user's function (this operator is wrapped once)
     while True:  # Python iterations until the test is a tensor
         if mode == "staging":
             with modes.dry_run((carry, invariants)) as (c, inv):
                 probe = static(test_fn(*c, *inv))  # no graph nodes for a test that is only looked at
             if isinstance(probe, torch.Tensor):
+                merged = _merge_unbound(site, test_fn, body_fn, carry)
+                if merged is not None:
+                    sub, test, body, reduced, expand = merged
+                    return expand(while_loop(test, body, reduced, invariants, sub, _frame=frame))
                 if site.owned:
                     _check_loop_aliases(site, dict(zip(site.inputs, (*carry, *invariants))), frame)
                 if site.kept_aliases:
@@ -328,6 +340,10 @@ def while_loop(test_fn: Callable, body_fn: Callable, carry: tuple, invariants: t
                 return plan.rebuild(tensors)
         test = static(test_fn(*carry, *invariants))
         if isinstance(test, torch.Tensor) and mode != "plain":
+            merged = _merge_unbound(site, test_fn, body_fn, carry)
+            if merged is not None:
+                sub, test_m, body_m, reduced, expand = merged
+                return expand(while_loop(test_m, body_m, reduced, invariants, sub, _frame=frame))
             if site.owned:
                 _check_loop_aliases(site, dict(zip(site.inputs, (*carry, *invariants))), frame)
             if site.kept_aliases:
@@ -347,6 +363,54 @@ def while_loop(test_fn: Callable, body_fn: Callable, carry: tuple, invariants: t
             return carry
         carry = plan.normalize(tuple(body_fn(*carry, *invariants)))
         test = test_fn(*carry, *invariants)
+
+
+def _merge_unbound(site: Site, test_fn: Callable, body_fn: Callable, carry: tuple) -> tuple | None:
+    """Loop variables the body never rebinds (`Site.unbound`) that are one tensor at the loop
+    (`a = v` before it, `a[0] = ...` in the body): carried as one, since they stay one tensor on
+    every iteration and after it (the staged body would take each as its own tensor). Returns
+    the site, test, body and carry over the merged variables, and how to expand its result;
+    None where nothing merges."""
+    first: dict[int, int] = {}
+    keep: list[int] = []
+    where: list[int] = []  # position in the merged carry of each variable
+    for i, (n, x) in enumerate(zip(site.names, carry)):
+        one = n in site.unbound and isinstance(x, torch.Tensor)
+        if one and id(x) in first:
+            where.append(first[id(x)])
+            continue
+        if one:
+            first[id(x)] = len(keep)
+        where.append(len(keep))
+        keep.append(i)
+    if len(keep) == len(carry):
+        return None
+    k = len(keep)
+    rep = {n: site.names[keep[w]] for n, w in zip(site.names, where)}
+    gone = {n for n, m in rep.items() if n != m}
+    names = tuple(site.names[i] for i in keep)
+    pairs = {(rep.get(n, n), rep.get(m, m)) for n, m in site.kept_aliases}
+    sub = dataclasses.replace(
+        site, names=names, lines=tuple(tuple(p[i] for i in keep) for p in site.lines),
+        owned=tuple(sorted({rep.get(n, n) for n in site.owned})), inputs=names + site.inputs[len(site.names):],
+        live_after=tuple(n for n in site.live_after if n not in gone), unbound=(),
+        kept_aliases=tuple(sorted((n, m) for n, m in pairs if n != m)))
+
+    def expand(values: Sequence[Any]) -> tuple:
+        return tuple(values[w] for w in where)
+
+    def test(*args: Any) -> Any:
+        return test_fn(*expand(args[:k]), *args[k:])
+
+    def body(*args: Any) -> tuple:
+        out = tuple(body_fn(*expand(args[:k]), *args[k:]))
+        if any(out[i] is not out[keep[w]] for i, w in enumerate(where)):  # (unbound: never seen)
+            raise StagedAliasError(f"{site.construct}: names that are one tensor at the loop part in its body",
+                                   location=site.location, fix="copy before the loop (`.clone()`) the name that "
+                                                               "must not change")
+        return tuple(out[i] for i in keep)
+
+    return sub, test, body, tuple(carry[i] for i in keep), expand
 
 
 def _loop_plan(site: Site, body_fn: Callable, carry: tuple, invariants: tuple) -> plans.Plan:

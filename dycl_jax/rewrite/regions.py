@@ -51,6 +51,9 @@ class RegionSpec:
     # outputs that are also inputs and that the region never rebinds, only changes in place: a
     # list or dict among them keeps its identity (appends.kept_in_place)
     in_place: frozenset[str] = frozenset()
+    # names that may hold a tensor a statement from the region on updates in place (None: any);
+    # a region output that is a view of another live name is refused where one of them is in it
+    updated_later: frozenset[str] | None = None
 
     @property
     def label(self) -> str:

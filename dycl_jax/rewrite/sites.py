@@ -43,6 +43,9 @@ class Site:
     # outputs that are inputs no path rebinds, only changes in place: a list or dict among them
     # stays the caller's object (appends.kept_in_place), as every other name holding it sees
     in_place: tuple[str, ...] = ()
+    # (while) loop variables the body never rebinds (only reads or updates in place): two of
+    # them that are one tensor at the loop stay one tensor (operators.while_loop merges them)
+    unbound: tuple[str, ...] = ()
 
     @property
     def label(self) -> str:

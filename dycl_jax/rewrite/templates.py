@@ -45,9 +45,10 @@ class Context:
                  lines: tuple[tuple[int | None, ...], ...], dead_on_exit: tuple[str, ...] = (),
                  owned: tuple[str, ...] = (), live_after: tuple[str, ...] = (),
                  kept_aliases: tuple[tuple[str, str], ...] = (), pad: bool = False,
-                 exit_flags: tuple[str, ...] = (), inputs: tuple[str, ...] = (), in_place: tuple[str, ...] = ()) -> int:
+                 exit_flags: tuple[str, ...] = (), inputs: tuple[str, ...] = (), in_place: tuple[str, ...] = (),
+                 unbound: tuple[str, ...] = ()) -> int:
         self.sites.append(Site(kind, self.src.file, line, self.code(line), names, paths, lines, dead_on_exit,
-                               owned, live_after, kept_aliases, pad, exit_flags, inputs, in_place))
+                               owned, live_after, kept_aliases, pad, exit_flags, inputs, in_place, unbound))
         return len(self.sites) - 1
 
     def warn(self, line: int, message: str) -> None:

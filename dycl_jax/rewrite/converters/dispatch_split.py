@@ -289,7 +289,8 @@ class _Splitter:
                                          (StatementSpec(fn_name, tuple(ins), tuple(outs), first, self.ctx.code(first)),),
                                          tuple(ins), tuple(outs), "island",
                                          aliased=tuple((ins.index(n), ins.index(m)) for n, m in pairs),
-                                         in_place=frozenset(set(ins) & set(outs) - rebound(run))))
+                                         in_place=frozenset(set(ins) & set(outs) - rebound(run)),
+                                         updated_later=self._updated_from(first)))
         result = self.ctx.fresh("staged")
         self.locals.add(result)
         call = set_name(result, op_call("island", _table(site), name(fn_name), tuple_of(ins)))
@@ -388,6 +389,15 @@ class _Splitter:
         end = max(getattr(x, "end_lineno", x.lineno) or x.lineno for x in run)
         return {n for line, names in self.updates if self.loops or line > end for n in names}
 
+    def _updated_from(self, line: int) -> frozenset[str] | None:
+        """Names that may hold a tensor a simple statement from `line` on updates in place (inside
+        a host loop, any statement); None where the function's aliases are not known."""
+        aliases = getattr(self.ctx.src.tree, "_dycl_aliases", None)
+        if aliases is None:
+            return None
+        updated = {n for end, names in self.updates if self.loops or end >= line for n in names}
+        return frozenset(m for m in self.locals if any(aliases.same(m, u) for u in updated))
+
     def _live_after(self, run: list[ast.stmt]) -> set[str] | None:
         """Names read after the run (None: not known). A temp computed for a statement (its test,
         its return value) is followed by that statement: what is live before it, a superset."""
@@ -456,7 +466,8 @@ class _Splitter:
         live = self._live_after(run)
         spec = RegionSpec(self.ctx.src.file, run[0].lineno, tuple(stmts), tuple(exposed), tuple(outs),
                           live_after=None if live is None else frozenset(live),
-                          in_place=frozenset(set(exposed) & set(outs) - rebound(run)))
+                          in_place=frozenset(set(exposed) & set(outs) - rebound(run)),
+                          updated_later=self._updated_from(run[0].lineno))
         self.ctx.sites.append(spec)  # type: ignore[arg-type]  (generated code reads specs from the site table)
         call = op_call("region", _table(len(self.ctx.sites) - 1),
                        ast.Tuple(elts=[name(st.fn) for st in stmts], ctx=ast.Load()),

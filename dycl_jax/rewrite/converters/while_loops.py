@@ -17,6 +17,9 @@ def convert_while(node: ast.While, block: list[ast.stmt], scope: ast.FunctionDef
     at_header = live.header(node)
     carried = sorted(body_acc.writes & at_header & live.locals)
     reads = (body_acc.reads | body_acc.mutates | access(node.test).reads) & live.locals
+    updated = (body_acc.mutates | nested_owned(node.body)) & set(carried)
+    carried = sorted({*carried, *_kept_with(updated, body_acc.binds, at_header & live.locals, reads | live.after(node),
+                                            getattr(ctx.src.tree, "_dycl_aliases", None))})
     invariants = sorted((reads & at_header) - set(carried))
     params = carried + invariants
     lines = (tuple(None for _ in carried), tuple(last_assignment_line(node.body, v) for v in carried))
@@ -25,7 +28,7 @@ def convert_while(node: ast.While, block: list[ast.stmt], scope: ast.FunctionDef
     live_after = tuple(sorted(n for n in live.after(node) & live.locals if not n.startswith("_dycl_"))) if owned else ()
     site = ctx.add_site("while", node.lineno, tuple(carried), ("value before the loop", "value after an iteration"),
                         lines, owned=tuple(sorted(owned)), live_after=live_after, kept_aliases=kept,
-                        inputs=tuple(params))
+                        inputs=tuple(params), unbound=tuple(n for n in carried if n not in body_acc.binds))
     stem = ctx.fresh("while")
     test_fn = function(f"{stem}_test", params, [locate(ast.Return(value=node.test), node)], None)
     body_fn = function(f"{stem}_body", params, own_prefix(owned, params, node) + node.body, carried)
@@ -39,3 +42,15 @@ def convert_while(node: ast.While, block: list[ast.stmt], scope: ast.FunctionDef
     stmt = locate(ast.copy_location(assign(carried, call), node), node)
     i = next(k for k, s in enumerate(block) if s is node)
     block[i:i + 1] = [test_fn, body_fn, stmt, *node.orelse]
+
+
+def _kept_with(updated: set[str], binds: set[str], defined: set[str], needed: set[str], aliases) -> set[str]:
+    """Names the body never rebinds that may be the same tensor as one it updates in place and
+    never rebinds (`a = v`, then `a[0] = ...` in the body, `v` read in it or after): loop
+    variables too, so that where they are one tensor at the loop the operator carries them as
+    one (`Site.unbound`) and each name sees every update, as in torch."""
+    if aliases is None:
+        return set()
+    fixed = updated - binds
+    return {m for m in defined & needed if m not in binds and not m.startswith("_dycl_") and m not in updated
+            and any(aliases.same(m, n) for n in fixed)}

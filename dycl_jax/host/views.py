@@ -1,0 +1,55 @@
+"""Refuses a part whose output is a view of a tensor another live name holds, where a later in-place update may reach one of them."""
+from __future__ import annotations
+
+import sys
+from typing import Any, Callable, Sequence
+
+import jax
+
+from dycl_jax.errors import AliasedUpdateError, Location
+from dycl_jax.rewrite.regions import RegionSpec
+
+
+def user_locals(env: dict, operators: Sequence[Callable]) -> dict:
+    """The user's names as the part is called: the locals of the function that called one of
+    `operators` (the generated `region` / `island` call), with `env` (the names a split region
+    computed so far) over them."""
+    codes = {op.__code__ for op in operators}
+    frame = sys._getframe()
+    while frame is not None and frame.f_code not in codes:
+        frame = frame.f_back
+    caller = frame.f_back if frame is not None else None
+    return {**(caller.f_locals if caller is not None else {}), **env}
+
+
+def check_views_kept(spec: RegionSpec, part: Any, vals: tuple, leaves: list, outs: tuple,
+                     views: tuple[tuple[int, str, int], ...], local: dict) -> None:
+    """`views` (capture/region.view_pairs): output leaf k shares memory with input or output leaf
+    j. Torch's update of one reaches the other; the host's arrays are separate. Refused where the
+    view and a name still holding the other are both read later and one of them may be updated
+    in place from this region on (`RegionSpec.updated_later`)."""
+    ins = [n for n, v in zip(part.ins, vals) for _ in jax.tree_util.tree_leaves(v)]
+    out_names = [n for n, v in zip(part.outs, outs) for _ in jax.tree_util.tree_leaves(v)]
+    later = None if spec.live_after is None else spec.live_after.union(*(st.ins for st in spec.statements[part.stop:]))
+    live = (lambda n: not n.startswith("_dycl_")) if later is None else (lambda n: n in later)
+    risky = (lambda n: True) if spec.updated_later is None else spec.updated_later.__contains__
+    for k, kind, j in views:
+        if k >= len(out_names) or (kind == "out" and j >= len(out_names)) or (kind == "in" and j >= len(ins)):
+            continue  # a module attribute's value: not a name of the function
+        view = out_names[k]
+        if kind == "out":
+            holders = [out_names[j]]
+        else:  # the caller's array of that input leaf, under the names the part does not rebind
+            holders = [m for m, value in local.items() if value is leaves[j] and m not in part.outs]
+        for base in holders:
+            if base != view and not base.startswith("_dycl_") and live(view) and live(base) \
+                    and (risky(view) or risky(base)):
+                st = next((s for s in reversed(spec.statements[part.first:part.stop]) if view in s.outs),
+                          spec.statements[part.first])
+                raise AliasedUpdateError(
+                    f"`{view}` is a view of `{base}` (or `{base}` of it: slicing, `.view`, `.t()`, `.detach()`), "
+                    "both are read later and one of them may be updated in place; torch changes both, the "
+                    "dispatch host holds them as separate arrays and would change only one",
+                    location=Location(spec.file, st.line, st.code),
+                    fix=f"make `{view}` a copy (`.clone()` where it is made) if it must not change, or "
+                        f"update `{base}` by name after the in-place update")

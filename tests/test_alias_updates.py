@@ -1,0 +1,126 @@
+"""In-place updates of a tensor several names hold, inside converted loops and branches and
+across dispatch regions: matched against the ORIGINAL torch model (floats within 1e-5 relative,
+1e-6 absolute; ints exactly), or refused with a located AliasedUpdateError where no host can
+keep the update (a view the dispatch host holds as a separate array)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn as nn
+
+import dycl_jax
+from dycl_jax.errors import AliasedUpdateError
+
+XS = [torch.tensor([[0.5, -1.0, 2.0], [1.0, 0.25, -0.5]]), -torch.ones(2, 3), torch.ones(2, 3) * 2]
+
+
+def _matches_torch(model: nn.Module, xs: list[torch.Tensor], **kw) -> dycl_jax.JaxModel:
+    jm = dycl_jax.to_jax(model, (xs[0].clone(),), **kw)
+    for x in xs:
+        with torch.no_grad():
+            want = model(x.clone())
+        got = jm(x.clone())
+        assert len(got) == len(want)
+        for w, g in zip(want, got):
+            if w.dtype.is_floating_point:
+                np.testing.assert_allclose(np.asarray(g), w.numpy(), rtol=1e-5, atol=1e-6)
+            else:
+                np.testing.assert_array_equal(np.asarray(g), w.numpy())
+    return jm
+
+
+class ColumnWrittenInATensorLoop(nn.Module):
+    """`a = v`; a tensor-conditioned loop with a tensor counter writes a column through `a`;
+    `v` is read after it: torch's `v` has every write (the loop carries them as one tensor)."""
+
+    def forward(self, h):
+        v = h * 0.5
+        a = v
+        n = torch.zeros((), dtype=torch.long)
+        while h.sum() > 0.5 and n < 3:
+            n = n + 1
+            a[0, 1] = h[1, 1]
+            h = h * 0.9 - 0.2
+        return h * v, n, a
+
+
+class AddThroughOneNameReadThroughTheOther(nn.Module):
+    """Research style: `v.add_` in the loop body while the body reads the other name `a`, which
+    is the same tensor (each iteration sees the previous one's update), under a `.item()` test
+    and a flag built as `torch.tensor(1)`."""
+
+    def forward(self, x):
+        v = x * 0.5
+        a = v
+        total = x.sum() * 0.0
+        k = torch.tensor(1)
+        while v.abs().max().item() < 4.0 and k < 4:
+            v.add_(x.abs() + 0.5)
+            total = total + a.sum()
+            k = k + 1
+        return v + a, total, k
+
+
+class InPlaceResultUpdatedInABranch(nn.Module):
+    """`a = v.mul_(2.0)` is `v` itself; a branch on a numpy-reduced `.item()` updates `v`."""
+
+    def forward(self, h):
+        v = h * 0.5
+        a = v.mul_(2.0)
+        if float(np.mean([h[0].sum().item(), h[1].sum().item()])) > 0:
+            v.add_(1.0)
+        return h + a, v
+
+
+@pytest.mark.parametrize("cls", [ColumnWrittenInATensorLoop, AddThroughOneNameReadThroughTheOther,
+                                 InPlaceResultUpdatedInABranch])
+def test_updates_through_another_name_stay_staged_and_match_torch(cls):
+    assert _matches_torch(cls().eval(), XS).host == "staged"
+
+
+class ViewUpdatedInALaterRegion(nn.Module):
+    """`a` is a row of `v` (a view); a data-dependent count puts the method on the dispatch host,
+    where the update of `v` after it runs in another program: torch's `a` changes too."""
+
+    def forward(self, h):
+        v = h * 0.5
+        a = v[0]
+        k = torch.nonzero(h[0] > 0).shape[0]
+        v.add_(h * k)
+        return v, a
+
+
+class ViewMadeOnTheHost(nn.Module):
+    """The same with the view made by a host statement (a slice of data-dependent length)."""
+
+    def forward(self, h):
+        v = h * 0.5
+        a = v[: int((h > 0).sum())]
+        k = torch.nonzero(h[0] > 0).shape[0]
+        v.add_(h * k)
+        return v, a.sum()
+
+
+@pytest.mark.parametrize("cls,code", [(ViewUpdatedInALaterRegion, "a = v[0]"),
+                                      (ViewMadeOnTheHost, "a = v[: int((h > 0).sum())]")])
+def test_a_view_the_dispatch_host_cannot_keep_is_refused_at_its_line(cls, code):
+    with pytest.raises(AliasedUpdateError) as info:
+        dycl_jax.to_jax(cls().eval(), (XS[0].clone(),))
+    assert info.value.location.file == __file__ and info.value.location.code == code
+    assert "`a`" in str(info.value) and "`v`" in str(info.value) and "`a`" in info.value.fix
+
+
+class ViewOfADeadTensor(nn.Module):
+    """`v = v.view(-1)`: no name holds the old tensor any more, so the update loses nothing."""
+
+    def forward(self, h):
+        v = h * 0.5
+        v = v.view(-1)
+        k = torch.nonzero(h[0] > 0).shape[0]
+        v.add_(float(k))
+        return v
+
+
+def test_a_view_whose_base_no_name_holds_converts_on_the_dispatch_host():
+    assert _matches_torch(ViewOfADeadTensor().eval(), XS[:2]).host == "dispatch"
