@@ -159,8 +159,15 @@ def test_unbound_read_still_fails() -> None:
             y = x
         return y
 
-    new = rewrite_function(reads_unbound, dispatch=True)
-    with pytest.raises(UnboundLocalError):
-        reads_unbound(torch.ones(1), False)
-    with pytest.raises(UnboundLocalError):
-        new(torch.ones(1), False)
+    def returns_unbound_pair(x, flag):  # the whole body is one tail island: its result is checked too
+        if flag:
+            y = x
+        return y, x
+
+    for fn in (reads_unbound, returns_unbound_pair):
+        new = rewrite_function(fn, dispatch=True)
+        with pytest.raises(UnboundLocalError):
+            fn(torch.ones(1), False)
+        with pytest.raises(UnboundLocalError):
+            new(torch.ones(1), False)
+        assert new(torch.ones(1), True) == fn(torch.ones(1), True)

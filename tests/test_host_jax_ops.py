@@ -9,6 +9,7 @@ import torch
 
 import dycl_jax
 from differential import assert_same
+import dycl_jax.lower.ops  # noqa: F401  (registers every lowering, as a conversion does)
 from dycl_jax.host import jax_ops
 
 
@@ -95,3 +96,19 @@ def test_lstsq_on_the_host_every_driver_output() -> None:
     for args in ((a, b), (low_rank, b)):
         assert_same(LeastSquares()(*args), jm(*args), "lstsq")
     assert not jm.report().torch_statements, jm.report().torch_statements
+
+
+def test_nonzero_and_masked_select_on_concrete_arrays_match_torch() -> None:
+    """Ranks 1-3 and an empty input, float/int64/bool values, a broadcast and a full mask, and
+    `nonzero(as_tuple=True)`: exact values, dtypes and shapes, as torch computes them."""
+    for n, shape in enumerate([(5,), (3, 4), (2, 3, 4), (0, 3)]):
+        for dtype in (torch.float32, torch.int64, torch.bool):
+            g = torch.Generator().manual_seed(n)
+            x = torch.randn(shape, generator=g) * 3
+            x = x > 0 if dtype is torch.bool else x.to(dtype)
+            row, full = torch.randn(shape[-1:], generator=g) > 0, torch.randn(shape, generator=g) > 0.3
+            for f in (x.nonzero, lambda: torch.masked_select(x, row), lambda: x.masked_select(full),
+                      lambda: x.nonzero(as_tuple=True)[-1]):
+                want = f()
+                got, ops = jax_ops.run_in_jax(f)
+                assert ops and got.dtype == want.dtype and got.shape == want.shape and torch.equal(got, want), (shape, dtype, ops)

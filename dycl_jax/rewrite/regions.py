@@ -81,6 +81,7 @@ _PLAIN_ISLANDS: contextvars.ContextVar[frozenset | None] = contextvars.ContextVa
 
 
 _EXECUTOR: contextvars.ContextVar[Executor | None] = contextvars.ContextVar("dycl_executor", default=None)
+EXECUTOR = _EXECUTOR  # set directly by the dispatch host's per-call context (one context for all it sets)
 _DECISIONS: contextvars.ContextVar[list | None] = contextvars.ContextVar("dycl_host_decisions", default=None)
 _MARGINS: contextvars.ContextVar[dict] = contextvars.ContextVar("dycl_host_margins", default={})
 
@@ -195,9 +196,14 @@ def islands_on_host(labels: frozenset) -> Iterator[None]:
 
 
 def defined(value: Any) -> Any:
-    """A value the host returns: an unassigned name fails here, as it would have in Python."""
+    """A value the host returns: an unassigned name fails here, as it would have in Python
+    (`return y` or `return y, x`)."""
     if isinstance(value, Undefined):
         value._fail()
+    if type(value) is tuple:
+        for v in value:
+            if isinstance(v, Undefined):
+                v._fail()
     return value
 
 

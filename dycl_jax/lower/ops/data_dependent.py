@@ -29,16 +29,16 @@ def nonzero(x):
     _concrete("nonzero()", "torch.nonzero_static(x, size=N) or a mask with torch.where", x)
     if x.ndim == 0:  # torch: one row (or none) with no columns
         return jnp.zeros((_size(x != 0), 0), jnp.int64)
-    n = _size(jnp.count_nonzero(x))
-    return jnp.stack(jnp.nonzero(x, size=n), axis=1)  # row-major order, as torch's
+    # computed by numpy: JAX's eager nonzero compiles a program per result size and dispatches
+    # three ops (milliseconds per host statement); numpy's order is row-major, as torch's
+    return jnp.asarray(np.stack(np.nonzero(np.asarray(x)), axis=1).astype(np.int64))
 
 
 @register(aten.masked_select.default)
 def masked_select(x, mask):
     _concrete("masked_select()", "torch.where(mask, x, 0) or x.masked_fill(~mask, 0)", x, mask)
-    x, mask = jnp.broadcast_arrays(x, mask.astype(bool))
-    n = _size(jnp.count_nonzero(mask))
-    return x.reshape(-1)[jnp.nonzero(mask.reshape(-1), size=n)[0]]
+    x, mask = np.broadcast_arrays(np.asarray(x), np.asarray(mask).astype(bool))  # by numpy, as nonzero
+    return jnp.asarray(x[mask])  # row-major order, as torch's
 
 
 def _unique_rows(x, dim: int, sort: bool, consecutive: bool):

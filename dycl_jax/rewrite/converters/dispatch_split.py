@@ -14,6 +14,7 @@ import copy
 import dataclasses
 import itertools
 from collections import Counter
+from typing import Callable
 
 from dycl_jax.analysis.scopes import Access, access, function_locals, param_names
 from dycl_jax.rewrite.appends import appended, rebound
@@ -72,10 +73,12 @@ def _simple(s: ast.stmt) -> bool:
         and not _has_scope_value(s)
 
 
-def _tail_start(stmts: list[ast.stmt]) -> int | None:
+def _tail_start(stmts: list[ast.stmt], island: Callable[[ast.stmt], bool]) -> int | None:
     """Where the function's tail island starts: the longest suffix of the body that could stage
     with its returns (the staged rewrite makes them one exit), if it ends in `return value` and
-    holds a return inside a construct (without one, `block`'s islands already cover the tail)."""
+    holds a return inside a construct, or a statement `block` would make an island of (`island`)
+    before the return: there `block` would call an island and then a region for the rest, with no
+    host decision between them, and one staged program costs one host call instead of several."""
     if not stmts or not isinstance(stmts[-1], ast.Return) or stmts[-1].value is None:
         return None
     k = len(stmts)
@@ -83,7 +86,7 @@ def _tail_start(stmts: list[ast.stmt]) -> int | None:
                      _stageable(stmts[k - 1], returns=True)):
         k -= 1
     inner = any(isinstance(n, ast.Return) for s in stmts[k:] if not isinstance(s, ast.Return) for n in ast.walk(s))
-    return k if inner else None
+    return k if inner or any(island(s) for s in stmts[k:-1]) else None
 
 
 def _first_writes(scope: ast.FunctionDef) -> dict[str, int]:
@@ -302,7 +305,7 @@ class _Splitter:
 
     def function_body(self, stmts: list[ast.stmt]) -> list[ast.stmt]:
         """The host version of the function's body, its tail (see `_tail_start`) tried as one island."""
-        k = _tail_start(stmts)
+        k = _tail_start(stmts, lambda s: _stageable(s) or _simple(s) and bool(self._hosted_calls(s)))
         if k is None:
             return self.block(stmts)
         return self.block(stmts[:k]) + self._tail_island(stmts[k:])
@@ -328,7 +331,8 @@ class _Splitter:
         host = self.block(run)
         test = ast.Compare(left=name(result), ops=[ast.Is()],
                            comparators=[ast.Attribute(value=name(OPS), attr="NOT_STAGED", ctx=ast.Load())])
-        done = ast.Return(value=ast.Subscript(value=name(result), slice=const(0), ctx=ast.Load()))
+        # (a name the staged version returns unassigned fails here, as in Python)
+        done = ast.Return(value=op_call("defined", ast.Subscript(value=name(result), slice=const(0), ctx=ast.Load())))
         return locate([island, outer, staged_call, ast.If(test=test, body=host or [ast.Pass()], orelse=[done])], run[0])
 
     def _host(self, s: ast.stmt) -> ast.stmt:
