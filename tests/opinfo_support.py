@@ -280,16 +280,36 @@ def _run_one(p: _Prepared) -> SampleResult:
     return _excused(p, diff, False) if diff else SampleResult(PASS, "", p.dtype)
 
 
-def _run_batch(parts: list[_Prepared]) -> list[SampleResult]:
-    """Results of `parts`, converted as one staged graph; where that fails, the batch is split
-    in halves until the failing samples run on their own (as users would convert them)."""
+def _run_batch(parts: list[_Prepared], failed: bool = False) -> list[SampleResult]:
+    """Results of `parts`, converted as one staged graph; where that fails (or is known to:
+    `failed`), the batch is split in halves until the failing samples run on their own (as users
+    would convert them). Where both halves fail, their samples run on their own at once: a group
+    that all needs the dispatch host (tensor_split at tensor indices) costs three failed batch
+    exports, not one per level of halving."""
     if len(parts) == 1:
         return [_run_one(parts[0])]
+    got = None if failed else _batch_outputs(parts)
+    if got is not None:
+        return _checked(parts, got)
+    half = len(parts) // 2
+    first, second = _batch_outputs(parts[:half]), _batch_outputs(parts[half:])
+    if first is None and second is None:
+        return [_run_one(p) for p in parts]
+    return (_run_batch(parts[:half], True) if first is None else _checked(parts[:half], first)) \
+        + (_run_batch(parts[half:], True) if second is None else _checked(parts[half:], second))
+
+
+def _batch_outputs(parts: list[_Prepared]) -> list | None:
+    """The outputs of `parts` converted together on the staged host, or None where that fails."""
+    if len(parts) == 1:
+        return None  # a sample on its own runs as users convert it (_run_one)
     try:
-        got = _convert_and_call(_Batch(parts), [t for p in parts for t in p.tensors], host="staged")
+        return _convert_and_call(_Batch(parts), [t for p in parts for t in p.tensors], host="staged")
     except Exception:
-        half = len(parts) // 2
-        return _run_batch(parts[:half]) + _run_batch(parts[half:])
+        return None
+
+
+def _checked(parts: list[_Prepared], got: list) -> list[SampleResult]:
     results = []
     for p, g in zip(parts, got):
         diff = p.check(g)

@@ -14,7 +14,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 
 import fuzz  # noqa: E402
 
-SEEDS = range(0, 16)  # about 2.5 minutes on one busy core; `scripts/fuzz.py --minutes N` runs long campaigns
+# seed 11 (22 s, about a fifth of the campaign; it matches) is left to `scripts/fuzz.py`, which
+# runs long campaigns (`--minutes N`)
+SEEDS = tuple(s for s in range(0, 16) if s != 11)
 _OUTCOMES: dict[int, fuzz.Outcome] = {}  # per worker: the coverage test reuses the campaign's programs
 
 
