@@ -133,8 +133,8 @@ def _staged(model: torch.nn.Module, args: tuple, method: str, dynamic_batch: boo
         program, variables, value_paths = _rerolled(graph, module, variables, [e.path for e in cap.state])
         t2, c2 = time.perf_counter(), time.process_time()
         jm = JaxModel(module, variables, canonical_paths(module, variables), staged_fn(program), CallSignature.of(cap),
-                      "staged", x64=ints.wide, finish=finish if unroll is not None else None)
-        jm._value_paths = value_paths
+                      "staged", x64=ints.wide, finish=finish if unroll is not None else None,
+                      value_paths=value_paths)
         step("check")
         # Trace once on the example's shapes (no compile, no compute): every lowering and every
         # branch-shape check runs now, so problems surface at conversion rather than first call.

@@ -9,7 +9,6 @@ import functools
 import json
 import math
 import os
-import pickle
 import subprocess
 import sys
 import warnings
@@ -24,20 +23,16 @@ from dycl_jax.errors import CallError, DecodeBoundError, DyclError, ExportCovera
 from dycl_jax.rewrite.api import run_dispatch_trace, run_torch_trace
 from examples.dynn import load
 import converted  # tests/: the example conversions this process made already
+import torch_free  # tests/: a subprocess where torch cannot be imported
 from differential import assert_same  # pytest puts tests/ on sys.path
 from test_staged_decode import Unbounded  # a decode loop with only a tensor exit
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# Loads every artifact and runs every input where `import torch` raises (sys.modules entry None),
+# Loads every artifact and runs every input where `import torch` raises (tests/torch_free.py),
 # after `import dycl_jax` first, exactly as a serving image without torch would.
 RUNNER = """
-import sys
-sys.modules["torch"] = None
-import pickle
 import numpy as np
 import dycl_jax
-jobs = pickle.load(open(sys.argv[1], "rb"))
-results = {}
 for name, (path, inputs) in jobs.items():
     model = dycl_jax.load(path)
     runs = []
@@ -50,9 +45,7 @@ for name, (path, inputs) in jobs.items():
             continue
         as_np = lambda t: type(t)(map(np.asarray, t)) if isinstance(t, (list, tuple)) else np.asarray(t)
         runs.append(("ok", as_np(plain), as_np(traced), [tuple(d) + (d.margin,) for d in decisions]))
-    results[name] = runs
-results["torch loaded"] = [m for m, v in sys.modules.items() if m.split(".")[0] == "torch" and v is not None]
-pickle.dump(results, open(sys.argv[2], "wb"))
+    out[name] = runs
 """
 
 
@@ -139,15 +132,9 @@ def _export_and_run(cases: dict, root, group: str) -> tuple[dict, dict]:
             manifests[name] = jm.export(str(root / name))
         warned[name] = [w.message for w in caught if w.category is ExportCoverageWarning]
         jobs[name] = (str(root / name), [_numpy(a) for a in inputs])
-    stem = group.replace(" ", "_")
-    with open(root / f"jobs_{stem}.pkl", "wb") as f:
-        pickle.dump(jobs, f)
-    env = {**os.environ, "PYTHONPATH": ROOT, "JAX_PLATFORMS": "cpu"}
-    proc = subprocess.run([sys.executable, "-c", RUNNER, str(root / f"jobs_{stem}.pkl"), str(root / f"out_{stem}.pkl")],
-                          env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    with open(root / f"out_{stem}.pkl", "rb") as f:
-        results = pickle.load(f)
+    folder = root / f"runner_{group.replace(' ', '_')}"  # beside the artifacts, named apart from them
+    folder.mkdir()
+    results = torch_free.run(folder, RUNNER, jobs)
     WARNED.update(warned)
     return manifests, results
 

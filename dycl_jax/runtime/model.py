@@ -51,8 +51,12 @@ class JaxModel:
         structured: bool = False,
         x64: bool = False,
         finish: Callable[[Any], Any] | None = None,
+        value_paths: list[str] | None = None,
     ):
         self.module = module
+        # torch paths of `variables`, where a rerolled run's stacked variable stands for several
+        # (runtime/state.path_values); None: the torch paths are those of the emitted state
+        self._value_paths = value_paths
         # a program that may hold int64 values outside int32 runs in JAX's 64-bit scope, entered
         # around each call (binding inputs, tracing and running); the process-wide setting is untouched
         self.x64 = x64
@@ -181,7 +185,7 @@ class JaxModel:
 
         # the weights as this model holds them now (after any training), in the torch dtypes
         # a rerolled run's stacked variables give each block's path its row (runtime/state.py)
-        values = path_values(self._variables, getattr(self, "_value_paths", None) or list(inp.state))
+        values = path_values(self._variables, self._value_paths or list(inp.state))
         state = {path: torch.from_numpy(np.array(values[path], dtype=np.float32 if meta.dtype == torch.bfloat16
                                                   else None)).to(meta.dtype) for path, meta in inp.state.items()}
         return dataclasses.replace(inp, state=state)
