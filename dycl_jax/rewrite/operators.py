@@ -21,7 +21,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from dycl_jax.errors import AliasedUpdateError, DyclError, InputMutationError, StagedAliasError, raised_by_us
-from dycl_jax.rewrite import padding, plan as plans, staged
+from dycl_jax.rewrite import padding, plan as plans, plan_cache, staged
 from dycl_jax.rewrite import modes
 from dycl_jax.rewrite.appends import kept_in_place
 from dycl_jax.rewrite.constants import static
@@ -294,16 +294,27 @@ def _choose(site: Site, candidates: list[tuple[int, Any]], fns: Sequence[Callabl
         plan, tensors = staged.choice(sub, preds, [i for i, _ in candidates], chosen, inputs, placeholders)
         _check_split_aliases(site, plan, inputs)
         return plan.rebuild(tensors)
-    with modes.dry_run(inputs) as dry_inputs:
-        outs = [tuple(fn(*dry_inputs)) for fn in chosen]
-        plan, pads = padding.unify(sub, outs, placeholders) if site.pad else (plans.build(sub, outs, placeholders), None)
-    _check_split_aliases(site, plan, inputs)
     if mode == "dry":
+        plan, pads, outs = _dry_plan(site, sub, chosen, inputs, placeholders)
+        _check_split_aliases(site, plan, inputs)
         return plan.normalize(padding.apply(pads, outs[0]))
+    # tracing: the plan depends only on what plan_cache's key describes, so a call with an
+    # equal key reuses it instead of dry-running every path again
+    plan, pads = plan_cache.reuse(site, ("choose", tuple(i for i, _ in candidates), exit_only), tuple(chosen),
+                                  inputs, lambda: _dry_plan(site, sub, chosen, inputs, placeholders)[:2])
+    _check_split_aliases(site, plan, inputs)
     taken = next(k for k, (_, p) in enumerate(candidates) if p is True or bool(p))
     if plan.n_tensors:  # the staged program has a graph op here, and records its decision
         modes.record(site, taken == 0 if site.kind != "elif" else candidates[taken][0])
     return plan.normalize(padding.apply(pads, tuple(chosen[taken](*inputs))))
+
+
+def _dry_plan(site: Site, sub: Site, chosen: list[Callable], inputs: tuple, placeholders: str) -> tuple:
+    """Every path run on fake tensors: the output plan, the padding of the return value, the outputs."""
+    with modes.dry_run(inputs) as dry_inputs:
+        outs = [tuple(fn(*dry_inputs)) for fn in chosen]
+        plan, pads = padding.unify(sub, outs, placeholders) if site.pad else (plans.build(sub, outs, placeholders), None)
+    return plan, pads, outs
 
 
 def _subsite(site: Site, indices: list[int]) -> Site:
@@ -352,7 +363,8 @@ def while_loop(test_fn: Callable, body_fn: Callable, carry: tuple, invariants: t
         if not test:
             return carry
         carry = tuple(body_fn(*carry, *invariants))
-    plan = _loop_plan(site, body_fn, carry, invariants)
+    plan = _loop_plan(site, body_fn, carry, invariants) if mode == "dry" else plan_cache.reuse(
+        site, ("loop",), body_fn, (carry, invariants), lambda: _loop_plan(site, body_fn, carry, invariants))
     carry = plan.normalize(carry)
     if mode == "dry":
         return carry
