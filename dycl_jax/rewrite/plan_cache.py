@@ -1,18 +1,4 @@
-"""Output plans of branch constructs kept between eager traces, keyed by what a dry run reads.
-
-While tracing, `operators._choose` dry-runs every path of a tensor-decided construct on fake
-tensors to plan its outputs (about 0.2 s for a ResNet-sized forward). A fake run sees no data:
-what it computes depends only on the branch functions (their code, defaults, closure cells and
-the globals their code names, helpers followed the same way), the construct's inputs (Python
-values by value, tensors by shape, strides, dtype, device, grad flag, constant value and which
-inputs are the same tensor or views of one), every module reachable from those (its Python
-attributes, parameters and buffers, its class's plain attributes), grad mode and the default
-dtype. The key below is all of that, so an equal key gives the plan the dry run would compute.
-Anything the key cannot describe by value (an object of another kind, a fake tensor) makes the
-call uncacheable: it is dry-run as before. Objects named by identity (modules, functions,
-classes) are held by weak reference in the entry: a dead one means its id may be reused, and
-the entry is dropped.
-"""
+"""Dry-run output plans of branch constructs and loops, reused by eager traces with an equal key."""
 from __future__ import annotations
 
 import collections
@@ -26,6 +12,20 @@ from torch._subclasses.fake_tensor import FakeTensor
 from dycl_jax.rewrite import constants, modes
 from dycl_jax.rewrite.plan import Undefined
 from dycl_jax.rewrite.sites import Site
+
+# While tracing, `operators._choose` dry-runs every path of a tensor-decided construct on fake
+# tensors to plan its outputs (about 0.2 s for a ResNet-sized forward). A fake run sees no data:
+# what it computes depends only on the branch functions (their code, defaults, closure cells and
+# the globals their code names, helpers followed the same way), the construct's inputs (Python
+# values by value, tensors by shape, strides, dtype, device, grad flag, constant value and which
+# inputs are the same tensor or views of one), every module reachable from those (its Python
+# attributes, parameters and buffers, its class's plain attributes), grad mode and the default
+# dtype. The key below is all of that, so an equal key gives the plan the dry run would compute.
+# Anything the key cannot describe by value (an object of another kind, a fake tensor) makes the
+# call uncacheable: it is dry-run as before. Library callables (torch, builtins) and this
+# package's own module globals are taken as fixed. Objects named by identity (modules, classes,
+# library callables, the site) are held by weak reference in the entry where they allow one: a
+# dead one means its id may be reused, and the entry is dropped.
 
 _SIZE = 1024  # entries kept (least recently used dropped): one per construct and input signature
 _CACHE: collections.OrderedDict[tuple, tuple[Any, list]] = collections.OrderedDict()
@@ -145,7 +145,7 @@ def key(site: Site, what: tuple, fns: Any, inputs: Any) -> tuple[tuple, list] | 
     keyer = _Keyer()
     try:
         k = (id(site), what, torch.is_grad_enabled(), torch.get_default_dtype(), keyer.key(fns), keyer.key(inputs))
-    except _Uncacheable:
+    except (_Uncacheable, RecursionError):  # RecursionError: a structure too deep to describe
         return None
     keyer.pin(site)
     return k, keyer.pins
