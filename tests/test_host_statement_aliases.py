@@ -65,3 +65,21 @@ def test_an_alias_the_analysis_misses_is_refused_at_the_host_statement() -> None
         dycl_jax.to_jax(HiddenAlias().eval(), (_INPUTS[0],), host="dispatch")(_INPUTS[0])
     loc = info.value.location
     assert loc is not None and loc.file == __file__ and "h += (x > 0).nonzero().sum()" in loc.code
+
+
+class DetachedView(nn.Module):
+    """`a = h.detach()` shares `h`'s memory (without a `_base`); a later region updates `h`."""
+
+    def forward(self, x):
+        h = x * 2
+        a = h.detach()
+        n = (x > 0).nonzero().shape[0]
+        h.add_(n)
+        return a * 1, h
+
+
+def test_a_detached_view_updated_later_is_refused_where_it_is_made() -> None:
+    with pytest.raises(AliasedUpdateError, match="`a` is a view of `h`") as info:
+        dycl_jax.to_jax(DetachedView().eval(), (_INPUTS[0],), host="dispatch")(_INPUTS[0])
+    loc = info.value.location
+    assert loc is not None and loc.file == __file__ and "a = h.detach()" in loc.code

@@ -562,7 +562,7 @@ class DispatchHost:
             _check_aliases_kept(spec, part, jax.tree_util.tree_unflatten(tree, leaves)[0], leaves, mutated,
                                 self._region_env or {})
         views = view_pairs(torch_leaves, jax.tree_util.tree_leaves((outs, new_attrs)),
-                           lambda t: roots.get(id(t), t._base if t._base is not None else t))
+                           lambda t: roots.get(id(t), t))
         if views:
             check_views_kept(spec, part, vals, leaves, outs, views, user_locals(self._region_env or {}, (region, island)))
         try:
