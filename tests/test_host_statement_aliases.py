@@ -50,8 +50,8 @@ class HiddenAlias(nn.Module):
 _INPUTS = [torch.tensor([[1.0, -2.0, 3.0], [-1.0, 0.5, 2.0]]), torch.tensor([[-1.0, -2.0, 3.0], [-1.0, -0.5, -2.0]])]
 
 
-@pytest.mark.parametrize("host", ["dispatch", "auto"])
-@pytest.mark.parametrize("model", [SetThroughOneName, UpdateWithoutRebinding])
+@pytest.mark.parametrize("model, host", [(SetThroughOneName, "dispatch"), (SetThroughOneName, "auto"),
+                                         (UpdateWithoutRebinding, "dispatch")])
 def test_an_in_place_host_statement_reaches_every_name_of_the_tensor(model, host) -> None:
     model = model().eval()
     jm = dycl_jax.to_jax(model, (_INPUTS[0],), host=host)
