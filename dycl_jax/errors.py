@@ -112,9 +112,14 @@ def raised_by_us(exc: BaseException) -> bool:
             tb = e.__traceback__
             while tb.tb_next is not None:
                 tb = tb.tb_next
-            if os.path.abspath(tb.tb_frame.f_code.co_filename).startswith(_PACKAGE):
+            if in_package(tb.tb_frame.f_code.co_filename):
                 return True
     return False
+
+
+def in_package(file: str) -> bool:
+    """Whether `file` is one of dycl_jax's own source files (by its folder, not by a name in its path)."""
+    return os.path.abspath(file).startswith(_PACKAGE)
 
 
 # this package's folder: a user's file under a checkout folder that happens to be named

@@ -133,3 +133,18 @@ def test_an_error_raised_from_none_does_not_chain_its_hidden_context():
     except KeyError:
         pass
     assert not raised_by_us(own)  # raised in this test file, not in dycl_jax
+
+
+@pytest.mark.parametrize("folder", ["dycl_jax", "torch"])
+def test_a_user_folder_named_like_a_library_is_still_the_users_line(folder, tmp_path):
+    """The user's line of a graph node is the innermost frame outside torch and dycl_jax, told by
+    their folders: a model kept under a folder called `dycl_jax` or `torch` is the user's code."""
+    from dycl_jax.lower.interpreter import node_location
+
+    user = str(tmp_path / folder / "model.py")
+    graph = torch.fx.symbolic_trace(torch.nn.ReLU()).graph
+    node = next(n for n in graph.nodes if n.op == "call_function" or n.op == "call_module")
+    node.meta["stack_trace"] = (f'  File "{user}", line 12, in forward\n    y = self.act(x)\n'
+                                f'  File "{torch.nn.functional.__file__}", line 5, in relu\n    result = ...\n')
+    loc = node_location(node)
+    assert loc is not None and (loc.file, loc.line) == (user, 12), loc

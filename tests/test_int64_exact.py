@@ -148,3 +148,18 @@ def test_float64_models_keep_float64():
     assert jm.x64 and got.dtype == np.float64
     np.testing.assert_allclose(got, want, rtol=1e-13, atol=0)
     assert np.abs(want - 1.0).max() < 1e-7  # in float32 every output would round to 1.0
+
+
+class NonzeroSum(nn.Module):
+    """A sum over a size only the data decides (`nonzero`): its range is unknown, not an error."""
+
+    def forward(self, x):
+        return (x > 0).nonzero().sum(0)
+
+
+def test_a_sum_over_a_data_dependent_size_converts():
+    model = NonzeroSum().eval()
+    xs = [torch.tensor([[1.0, -1.0], [2.0, 3.0]]), torch.tensor([[-1.0, 5.0], [-2.0, -3.0]])]
+    jm = dycl_jax.to_jax(model, (xs[0],))
+    for k, x in enumerate(xs):
+        _exact(model(x), jm(x), f"nonzero sum input {k}")

@@ -4,6 +4,7 @@ answered by the island's host version, a split, or a quiet move from staged to d
 genuine capture failure of an island still runs its host version and matches torch."""
 from __future__ import annotations
 
+import jax
 import numpy as np
 import pytest
 import torch
@@ -12,7 +13,7 @@ from torch import nn
 import dycl_jax
 import dycl_jax.lower.ops  # noqa: F401  (fills the registry)
 from dycl_jax.lower import registry
-from dycl_jax.lower.ops import control_flow
+from dycl_jax.lower.ops import control_flow, data_dependent
 from differential import assert_same  # pytest puts tests/ on sys.path
 
 
@@ -21,6 +22,17 @@ def _bug(where: object) -> object:
     lies in that file, which is how dycl_jax tells its own exceptions from the user's."""
     ns: dict = {}
     exec(compile("def bug(*args, **kwargs):\n    raise KeyError('injected')\n", where.__file__, "exec"), ns)
+    return ns["bug"]
+
+
+def _concrete_bug(where: object, lowering: object) -> object:
+    """`lowering` with the bug of `_bug` on concrete arrays only (a host statement computed by
+    JAX ops); traced (a region's capture) it computes as before."""
+    ns: dict = {"lowering": lowering, "Tracer": jax.core.Tracer}
+    exec(compile("def bug(*args, **kwargs):\n"
+                 "    if not any(isinstance(a, Tracer) for a in args):\n"
+                 "        raise KeyError('injected')\n"
+                 "    return lowering(*args, **kwargs)\n", where.__file__, "exec"), ns)
     return ns["bug"]
 
 
@@ -98,3 +110,31 @@ def test_a_genuine_island_capture_failure_runs_its_host_version() -> None:
         widths.add(want.shape[1])
     assert widths == {2, 3}
     assert jm.host == "dispatch" and jm._fn.failed_islands()
+
+
+class Picks(nn.Module):
+    """A `nonzero` host statement (its size comes from the data), computed by JAX ops."""
+
+    def forward(self, x):
+        idx = (x > 0).nonzero()
+        return idx.sum(0)
+
+
+@pytest.mark.parametrize("host", ["dispatch", "auto"])
+def test_an_internal_error_in_a_host_statements_lowering_surfaces_as_itself(host, monkeypatch) -> None:
+    x = torch.tensor([[1.0, -1.0], [2.0, 3.0]])
+    nonzero = torch.ops.aten.nonzero.default
+    monkeypatch.setitem(registry._TABLE, nonzero, _concrete_bug(data_dependent, registry._TABLE[nonzero]))
+    with pytest.raises(KeyError, match="injected"):  # not "torch runs it": the answer would hide the bug
+        dycl_jax.to_jax(Picks(), (x,), host=host)(x)
+
+
+def test_a_host_statement_whose_lowering_cannot_compute_runs_in_torch(monkeypatch) -> None:
+    x = torch.tensor([[1.0, -1.0], [2.0, 3.0]])
+
+    def refuses(*args, **kwargs):
+        raise NotImplementedError("this lowering cannot compute the case")
+    monkeypatch.setitem(registry._TABLE, torch.ops.aten.nonzero.default, refuses)
+    jm = dycl_jax.to_jax(Picks(), (x,), host="dispatch")
+    assert_same(Picks()(x), jm(x), "Picks")
+    assert any("cannot compute" in line for line in jm.report().torch_statements), jm.report().torch_statements

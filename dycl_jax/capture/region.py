@@ -131,24 +131,34 @@ def view_pairs(inputs: list[Any], outputs: list[Any],
     """(k, "in" or "out", j): output leaf k shares memory with input leaf j or an earlier output
     leaf j without being that tensor (a view: slicing, `.view`, `.t()`, `.detach()`). Torch
     changes both where one is updated in place; the host holds them as separate arrays.
-    `root`: the tensor a tensor views (default: its `_base`, or itself)."""
-    root = root or _root
-    seen: dict[int, tuple[str, int, torch.Tensor]] = {}
+    `root`: the tensor a tensor views where its storage does not say (a host statement's JAX
+    results are copies); memory is compared by storage, as `.detach()` has no `_base`."""
+    root = root or (lambda t: t)
+    seen: dict[Any, tuple[str, int, torch.Tensor]] = {}
     for j, t in enumerate(inputs):
         if isinstance(t, torch.Tensor):
-            seen.setdefault(id(root(t)), ("in", j, t))
+            seen.setdefault(_memory(root(t)), ("in", j, t))
     pairs = []
     for k, t in enumerate(outputs):
         if not isinstance(t, torch.Tensor):
             continue
-        kind, j, other = seen.setdefault(id(root(t)), ("out", k, t))
+        kind, j, other = seen.setdefault(_memory(root(t)), ("out", k, t))
         if other is not t:  # (named by the view where one of two outputs is the base)
-            pairs.append((j, "out", k) if kind == "out" and root(t) is t else (k, kind, j))
+            pairs.append((j, "out", k) if kind == "out" and _is_base(t) else (k, kind, j))
     return tuple(pairs)
 
 
-def _root(t: torch.Tensor) -> torch.Tensor:
-    return t._base if t._base is not None else t
+def _memory(t: torch.Tensor) -> Any:
+    """What identifies `t`'s memory: its storage (shared by every view, `.detach()` included;
+    fake tensors have one too), else the tensor it is a view of."""
+    try:
+        return ("storage", t.untyped_storage()._cdata)
+    except (RuntimeError, NotImplementedError):  # a tensor without storage (a subclass)
+        return ("tensor", id(t._base if t._base is not None else t))
+
+
+def _is_base(t: torch.Tensor) -> bool:
+    return t._base is None and t.storage_offset() == 0
 
 
 def _parts(v: Any) -> tuple:

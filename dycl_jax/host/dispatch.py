@@ -556,9 +556,13 @@ class DispatchHost:
                 vals, attrs = jax.tree_util.tree_unflatten(tree, torch_leaves)
                 outs, new_attrs = self._body(spec, part, fns)(rejoined(vals, shared), attrs)
         changed = {id(t) for t, v in zip(inputs, versions) if t._version != v}
-        self._check_arguments_kept(spec, part, leaves, tuple(i for i, t in enumerate(torch_leaves) if id(t) in changed))
+        mutated = tuple(i for i, t in enumerate(torch_leaves) if id(t) in changed)
+        self._check_arguments_kept(spec, part, leaves, mutated)
+        if mutated and spec.kind == "region":  # as for a compiled part: another name holding the array misses the update
+            _check_aliases_kept(spec, part, jax.tree_util.tree_unflatten(tree, leaves)[0], leaves, mutated,
+                                self._region_env or {})
         views = view_pairs(torch_leaves, jax.tree_util.tree_leaves((outs, new_attrs)),
-                           lambda t: roots.get(id(t), t._base if t._base is not None else t))
+                           lambda t: roots.get(id(t), t))
         if views:
             check_views_kept(spec, part, vals, leaves, outs, views, user_locals(self._region_env or {}, (region, island)))
         try:
@@ -573,9 +577,14 @@ class DispatchHost:
 
     @staticmethod
     def _host_inputs(leaves: list) -> tuple[list, list, list]:
-        """Fresh torch copies of the leaves, the tensors among them and their version counters."""
-        torch_leaves = [values.to_torch(v) for v in leaves]
-        inputs = [t for t in torch_leaves if isinstance(t, torch.Tensor)]
+        """Fresh torch copies of the leaves, the tensors among them and their version counters.
+        Leaves that are one array (names of one tensor, `a = h`) get one copy, so an in-place
+        update through one of them reaches the others, as in torch (a compiled part takes them
+        as one tensor too: `values.same_arrays`)."""
+        copies: dict[int, Any] = {}
+        torch_leaves = [copies.setdefault(id(v), values.to_torch(v)) if isinstance(v, values.ARRAYS)
+                        else values.to_torch(v) for v in leaves]
+        inputs = list({id(t): t for t in torch_leaves if isinstance(t, torch.Tensor)}.values())
         return torch_leaves, inputs, [t._version for t in inputs]
 
     def _first_call(self, st: RegionState, part: Part, fns: Sequence[Callable], vals: tuple, leaves: list,

@@ -8,7 +8,8 @@ data-dependent lowerings compute when their inputs are not traced). torch only s
 op's output dtypes, from a fake-tensor run (no data). Values cross as exact copies in 64-bit
 JAX, so int64 and float64 keep their width. Anything the mode cannot do exactly (an op
 without lowering, an in-place update or `out=` op whose aliasing a copy would lose) raises
-`NotInJax`, and the host runs the statement in torch instead, as before.
+`NotInJax`, and the host runs the statement in torch instead, as before; an exception of our
+own (`errors.raised_by_us`) inside a lowering is a bug and propagates as itself.
 """
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.symbolic_shapes import ShapeEnv
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from dycl_jax.errors import raised_by_us
 from dycl_jax.lower.dtypes import torch_dtype
 from dycl_jax.lower.registry import registered
 
@@ -185,6 +187,8 @@ class JaxOps(TorchDispatchMode):
         try:
             out = fn(*jargs, **jkwargs)
         except Exception as exc:  # noqa: BLE001  (a lowering that cannot compute this case: torch runs it)
+            if raised_by_us(exc):  # a bug in our lowering: it stays itself, never hidden by torch running it
+                raise
             raise NotInJax(f"{func}: {type(exc).__name__}: {exc}") from exc
         self.ops.append(str(func).removeprefix("aten."))
         result = _convert_out(func, out, dtypes, tensors[0].dtype if tensors else None)

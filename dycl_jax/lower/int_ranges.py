@@ -58,10 +58,12 @@ def _scaled(a: Interval, n: float) -> Interval:
 
 
 def _numel(v: Any) -> float:
-    try:
-        return float(math.prod(int(d) for d in v.shape))
-    except (TypeError, ValueError):  # a symbolic size: no tensor holds 2**31 elements or more
+    shape = getattr(v, "shape", None)
+    if shape is None or not all(isinstance(d, int) for d in shape):
+        # a symbolic size (`int()` of it would guard on the example's value, or fail for a
+        # data-dependent one): no tensor holds 2**31 elements or more
         return float(INT32_MAX)
+    return float(math.prod(shape))
 
 
 def _val(x: Any) -> Any:

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
+import os
 import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
@@ -13,7 +15,7 @@ import torch
 import torch.fx
 from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
-from dycl_jax.errors import DataDependentError, DyclError, Location, UnsupportedDtypeError, raised_by_us
+from dycl_jax.errors import DataDependentError, DyclError, Location, UnsupportedDtypeError, in_package, raised_by_us
 from dycl_jax.source import origins
 from dycl_jax.lower.loop_bounds import static_trip_bound
 from dycl_jax.lower.margins import output_margins
@@ -21,8 +23,19 @@ from dycl_jax.lower.dtypes import tensor_to_numpy, to_jax_dtype
 from dycl_jax.lower.registry import lookup
 
 _FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<fn>\S+)\n(?P<code>[^\n]*)')
-# Frames from these packages are plumbing; the user's line is the innermost frame outside them.
-_PLUMBING = ("/torch/", "/dycl_jax/", "<eval_with_key>", "/contextlib.py", "/functools.py")
+# Frames of torch, of this package, of fx's generated code and of these stdlib files are plumbing;
+# the user's line is the innermost frame outside them. Folders are compared as paths, not by a
+# name in them, so a user's own folder called `torch` or `dycl_jax` is still the user's.
+_TORCH = os.path.dirname(os.path.realpath(torch.__file__)) + os.sep
+_STDLIB_PLUMBING = frozenset(os.path.realpath(m.__file__) for m in (contextlib, functools))
+
+
+@functools.lru_cache(maxsize=4096)  # a few files, asked once per frame of every node's trace
+def _plumbing(file: str) -> bool:
+    if file.startswith("<eval_with_key>"):
+        return True
+    real = os.path.realpath(file)
+    return in_package(file) or in_package(real) or real.startswith(_TORCH) or real in _STDLIB_PLUMBING
 
 
 _GENERATED = "<dycl-rewrite"  # filename prefix of rewritten methods (see source/origins.py)
@@ -38,7 +51,7 @@ def _user_frames(node: torch.fx.Node) -> list[tuple[str, int, str]]:
     return [
         (m["file"], int(m["line"]), m["code"])
         for m in _FRAME.finditer(trace)
-        if m["file"].startswith(_GENERATED) or not any(p in m["file"] for p in _PLUMBING)
+        if m["file"].startswith(_GENERATED) or not _plumbing(m["file"])
     ]
 
 
