@@ -447,6 +447,47 @@ class ReadsHistory(nn.Module):
         return outs[1], h
 
 
+class GrowsThenScales(nn.Module):
+    """A decode loop growing `ys` (its body one program of symbolic length) and a return region
+    that sees `ys` at the length of this call only."""
+
+    def __init__(self):
+        super().__init__()
+        self.cell = nn.Linear(4, 4)
+
+    def forward(self, x):
+        ys = x
+        for _ in range(5):
+            h = torch.tanh(self.cell(ys[:, :4] + ys.mean()))
+            ys = torch.cat([ys, h], 1)
+            if h.sum().item() > x.sum().item():
+                break
+        return ys * 2
+
+
+def test_a_part_run_at_one_size_of_a_growing_variable_is_not_counted_as_covered(tmp_path) -> None:
+    """Run at one decode length, the return region has one program (the body's takes any length):
+    the manifest says so, and the loaded artifact does refuse another length."""
+    torch.manual_seed(0)
+    model = GrowsThenScales().eval()
+    g = torch.Generator().manual_seed(1)
+    by_length: dict = {}
+    for _ in range(200):
+        x = torch.randn(1, 4, generator=g)
+        by_length.setdefault(model(x).shape[1], x)
+    (short, x_short), (long, x_long) = sorted(by_length.items())[:2]
+    jm = dycl_jax.to_jax(model, (x_long,))
+    with pytest.warns(ExportCoverageWarning) as caught:
+        man = jm.export(str(tmp_path / "a"))
+    line = GrowsThenScales.forward.__code__.co_firstlineno + 7  # `return ys * 2`
+    assert not man["coverage"]["complete"] and [u["line"] for u in man["coverage"]["uncovered"]] == [line]
+    assert "`ys` took several sizes" in str(caught[0].message)
+    loaded = dycl_jax.load(str(tmp_path / "a"))
+    np.testing.assert_allclose(np.asarray(loaded(x_long.numpy())), model(x_long).detach().numpy(), rtol=1e-5, atol=1e-6)
+    with pytest.raises(CallError):  # the length not run before export: as the manifest says
+        loaded(x_short.numpy())
+
+
 def test_export_warns_where_unseen_inputs_are_not_served(artifacts, tmp_path) -> None:
     cases, manifests, _, _ = artifacts("captioning", "shape_branch")
     # captioning's `alphas` list goes into its loop body empty and is stacked at the return: served

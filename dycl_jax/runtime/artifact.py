@@ -95,13 +95,14 @@ def _export(fn: Any, state: list, inputs: list, extra: list | tuple = ()) -> jax
 
 def _keyed(fn: Any, updated: list[str]) -> tuple[Any, list, dict]:
     """A train=True program taking its key as raw key data (a typed key is not a serializable
-    argument), the aval of that data, and the manifest's `train` record."""
+    argument; any further arguments follow it), the aval of that data, and the manifest's
+    `train` record."""
     sample = jax.random.key(0)
     data = jax.random.key_data(sample)
     impl = str(jax.random.key_impl(sample))
 
-    def keyed(s: list, t: list, key_data: Any) -> tuple:
-        return fn(s, t, jax.random.wrap_key_data(key_data, impl=impl))
+    def keyed(s: list, t: list, key_data: Any, *rest: Any) -> tuple:
+        return fn(s, t, jax.random.wrap_key_data(key_data, impl=impl), *rest)
 
     record = {"updated": list(updated), "key": {"shape": list(data.shape), "dtype": np.dtype(data.dtype).name,
                                                 "impl": impl}}

@@ -46,6 +46,23 @@ def groups(part: Part) -> list[list[tuple[Any, tuple, Compiled]]]:
     return [g for g in out.values() if len(g) > 1 and (not g[0][2].symbolic or len({_sizes(l) for _, l, _ in g}) > 1)]
 
 
+def varying_inputs(host: Any, program: Any) -> set[tuple[str, str]]:
+    """(host function, variable) of every region input whose array sizes differed between the
+    signatures the host ran (a decode loop's growing `ys`, even within one call): a part that
+    ran at only one size of such a variable may meet another size after export."""
+    sizes: dict[tuple[str, str], set] = {}
+    for rid, spec in enumerate(program.regions):
+        st = host.regions.get(id(spec))
+        for part in st.parts if st is not None else ():
+            keys = [k for k in part.cache if not isinstance(k[0], str)] + [k for ks in part.served.values() for k in ks]
+            for tree, leaves, *_ in keys:
+                vals, _ = jax.tree_util.tree_unflatten(tree, list(range(len(leaves))))
+                for name, v in zip(part.ins, vals):
+                    shapes = tuple(leaves[i][0] for i in jax.tree_util.tree_leaves(v) if _is_array(leaves[i]))
+                    sizes.setdefault((program.region_fn[rid], name), set()).add(shapes)
+    return {n for n, s in sizes.items() if len(s) > 1}
+
+
 def _is_array(k: Any) -> bool:
     return isinstance(k, tuple) and len(k) == 2 and isinstance(k[0], tuple)
 
