@@ -13,7 +13,7 @@ import torch.utils._pytree as pytree
 from jax import export as jax_export
 
 from dycl_jax import __version__
-from dycl_jax.errors import DyclError
+from dycl_jax.errors import DyclError, raised_by_us
 from dycl_jax.lower.decision_log import DecisionLog
 from dycl_jax.lower.dtypes import to_jax_dtype
 from dycl_jax.lower.int_ranges import int_scope
@@ -123,6 +123,8 @@ def _export_batched(jm: "JaxModel", fn: Any, state: list, extra: list | tuple = 
             exp = _export(fn, state, _input_avals(jm, symbols), extra)
             return exp, {"dim0": "symbolic", "symbols": {str(i): s for i, s in symbols.items()}}
         except Exception as exc:  # noqa: BLE001 - a symbolic shape the program cannot take: next option
+            if raised_by_us(exc):
+                raise  # our own bug: it must surface, not become a fixed batch
             errors.append(f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}")
     exp = _export(fn, state, _input_avals(jm, {}), extra)
     return exp, {"dim0": "fixed", "symbols": {}, "reason": "; ".join(errors)}

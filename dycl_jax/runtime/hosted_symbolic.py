@@ -12,6 +12,7 @@ import torch
 from jax import export as jax_export
 
 from dycl_jax.host import values
+from dycl_jax.errors import raised_by_us
 from dycl_jax.host.dispatch import Compiled, DispatchHost, Part
 from dycl_jax.lower.int_ranges import int_scope
 from dycl_jax.lower.interpreter import LoweredGraph
@@ -101,6 +102,8 @@ def symbolic_program(host: DispatchHost, spec: Any, part: Part, fns: list[Callab
     try:
         cap = _capture(host, spec, part, fns, args, dynamic, ints)
     except Exception as exc:  # noqa: BLE001 - torch.export refused the dynamic sizes: per signature instead
+        if raised_by_us(exc):
+            raise  # our own bug: it must surface, not become a per-signature fallback
         return f"torch.export with dynamic sizes: {type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
     made = export_captured(host, spec, cap, entry, state, [leaves[i][1] for i in index], ints)
     if isinstance(made, str):
@@ -171,6 +174,8 @@ def export_captured(host: DispatchHost, spec: Any, cap: Any, entry: Compiled, st
         try:
             plain = _export(run, state_avals, sym_avals)
         except Exception as exc:  # noqa: BLE001 - the lowering needs static sizes somewhere: per signature instead
+            if raised_by_us(exc):
+                raise  # our own bug: it must surface, not become a per-signature fallback
             return f"jax.export with symbolic sizes: {type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
     return plain, run, graph, ranges, shapes, sources, state_avals, sym_avals
 
@@ -222,7 +227,9 @@ def small_sizes(host: DispatchHost, spec: Any, part: Part, fns: list, group: lis
                 run, graph, sources, state_avals = lowered(host, spec, cap, state)
                 tensors = [jax.ShapeDtypeStruct(tuple(keys[i][0]), keys[i][1]) for i in entry.tensor_leaves]
                 plain = _export(run, state_avals, tensors)
-        except Exception:  # noqa: BLE001 - a size the statements cannot take (e.g. an empty reduction): not served
+        except Exception as exc:  # noqa: BLE001 - a size the statements cannot take (e.g. an empty reduction): not served
+            if raised_by_us(exc):
+                raise  # our own bug: it must surface, not become a per-signature fallback
             continue
         traced = functools.partial(run, call=graph.with_margins) if entry.margins is not None else None
         out.append((tuple(keys), plain, traced, state_avals, tensors, sources))
