@@ -11,6 +11,7 @@ import math
 import os
 import subprocess
 import sys
+import types
 import warnings
 
 import numpy as np
@@ -445,6 +446,73 @@ class ReadsHistory(nn.Module):
             if h.sum().item() > 1.0 or len(outs) > 6:
                 break
         return outs[1], h
+
+
+class GrowsThenScales(nn.Module):
+    """A decode loop growing `ys` (its body one program of symbolic length) and a return region
+    that sees `ys` at the length of this call only."""
+
+    def __init__(self):
+        super().__init__()
+        self.cell = nn.Linear(4, 4)
+
+    def forward(self, x):
+        ys = x
+        for _ in range(5):
+            h = torch.tanh(self.cell(ys[:, :4] + ys.mean()))
+            ys = torch.cat([ys, h], 1)
+            if h.sum().item() > x.sum().item():
+                break
+        return ys * 2
+
+
+def test_a_part_run_at_one_size_of_a_growing_variable_is_not_counted_as_covered(tmp_path, monkeypatch) -> None:
+    """Run at one decode length, the return region has one program (the body's takes any length):
+    the manifest says so, and the loaded artifact does refuse another length."""
+    torch.manual_seed(0)
+    model = GrowsThenScales().eval()
+    g = torch.Generator().manual_seed(1)
+    by_length: dict = {}
+    for _ in range(200):
+        x = torch.randn(1, 4, generator=g)
+        by_length.setdefault(model(x).shape[1], x)
+    (short, x_short), (long, x_long) = sorted(by_length.items())[:2]
+    jm = dycl_jax.to_jax(model, (x_long,))
+    with pytest.warns(ExportCoverageWarning) as caught:
+        man = jm.export(str(tmp_path / "a"))
+    line = GrowsThenScales.forward.__code__.co_firstlineno + 7  # `return ys * 2`
+    assert not man["coverage"]["complete"] and [u["line"] for u in man["coverage"]["uncovered"]] == [line]
+    assert "`ys` took several sizes" in str(caught[0].message)
+    loaded = dycl_jax.load(str(tmp_path / "a"))
+    np.testing.assert_allclose(np.asarray(loaded(x_long.numpy())), model(x_long).detach().numpy(), rtol=1e-5, atol=1e-6)
+    with pytest.raises(CallError):  # the length not run before export: as the manifest says
+        loaded(x_short.numpy())
+    # a bug of ours while the body is captured with symbolic sizes surfaces (no per-signature fallback)
+    from dycl_jax.runtime import hosted_symbolic
+    monkeypatch.setattr(hosted_symbolic, "_capture", _bug_in(hosted_symbolic))
+    with pytest.raises(KeyError):
+        jm.export(str(tmp_path / "b"))
+    assert not os.path.exists(tmp_path / "b")
+
+
+def _bug_in(module: types.ModuleType):
+    """A function raising KeyError from a frame of `module`'s file: a bug of ours, as
+    errors.raised_by_us tells one."""
+    namespace: dict = {}
+    exec(compile("def bug(*args, **kwargs):\n    raise KeyError('a bug of ours')\n", module.__file__, "exec"), namespace)
+    return namespace["bug"]
+
+
+def test_a_bug_of_ours_in_the_symbolic_batch_export_is_raised_not_a_fixed_batch(tmp_path, monkeypatch) -> None:
+    from jax import export as jax_export
+    from dycl_jax.runtime import artifact
+    jm = dycl_jax.to_jax(nn.Linear(3, 2).eval(), torch.randn(4, 3))
+    monkeypatch.setattr(artifact, "jax_export", types.SimpleNamespace(export=jax_export.export,
+                                                                     symbolic_shape=_bug_in(artifact)))
+    with pytest.raises(KeyError):
+        jm.export(str(tmp_path / "a"))
+    monkeypatch.undo()
+    assert jm.export(str(tmp_path / "a"))["batch"]["dim0"] == "symbolic"
 
 
 def test_export_warns_where_unseen_inputs_are_not_served(artifacts, tmp_path) -> None:

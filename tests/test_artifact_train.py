@@ -1,16 +1,14 @@
-"""Training-mode artifacts: `to_jax(..., train=True)` exported (staged host) and run where torch
-cannot be imported, with a key argument, against the ORIGINAL torch model in training mode:
-outputs and updated BatchNorm statistics, and the same key giving the same dropout mask."""
+"""Training-mode artifacts: `to_jax(..., train=True)` exported (staged and dispatch hosts) and run
+where torch cannot be imported, with a key argument, against the ORIGINAL torch model in training
+mode: outputs and updated BatchNorm statistics, decisions, and the same key giving the same
+dropout mask."""
 from __future__ import annotations
 
-import os
-
+import jax
 import numpy as np
-import pytest
 import torch
 
 import dycl_jax
-from dycl_jax.errors import CallError
 import torch_free  # tests/: a subprocess where torch cannot be imported
 from test_train_mode import DIM, _fresh, _inputs, _shifted  # pytest puts tests/ on sys.path
 
@@ -74,20 +72,66 @@ def test_train_artifact_matches_torch_statistics_and_keys(tmp_path) -> None:
     assert int(sb["stem.1.num_batches_tracked"]) == int(sa["stem.1.num_batches_tracked"]) + 1 == 2
 
 
-class Normed(torch.nn.Module):
+class HostGated(torch.nn.Module):
+    """A gate read on the host (`.item()`: the dispatch host), dropout p=0 and a BatchNorm on
+    both paths, a second BatchNorm only on the gated one."""
+
     def __init__(self):
         super().__init__()
         self.norm = torch.nn.BatchNorm1d(DIM)
+        self.drop = torch.nn.Dropout(0.0)
+        self.deep = torch.nn.Sequential(torch.nn.Linear(DIM, DIM), torch.nn.BatchNorm1d(DIM))
 
     def forward(self, x):
-        h = self.norm(x)
-        if h.sum().item() > 0:  # read on the host
-            h = h * 2
+        h = self.drop(self.norm(x))
+        if x.sum().item() > 0:
+            h = self.deep(h)
         return h
 
 
-def test_train_export_on_the_dispatch_host_is_refused(tmp_path) -> None:
-    jm = dycl_jax.to_jax(Normed().eval(), (_inputs(),), train=True, host="dispatch")
-    with pytest.raises(CallError) as info:
-        jm.export(str(tmp_path / "d"))
-    assert "host=\"staged\"" in info.value.fix and not os.path.exists(tmp_path / "d")
+DISPATCH_RUNNER = """
+import jax
+import numpy as np
+import dycl_jax
+model = dycl_jax.load(jobs["path"])
+runs = []
+for x, seed in jobs["calls"]:
+    y, stats = model(x, key=seed)
+    runs.append((np.asarray(y), {k: np.asarray(v) for k, v in stats.items()}))
+out["runs"] = runs
+out["decisions"] = [[(d[0], d[1], d.margin) for d in model.trace(x, key=1)[1]] for x, _ in jobs["calls"][:2]]
+"""
+
+
+def test_train_artifact_of_the_dispatch_host_matches_torch_statistics_and_decisions(tmp_path) -> None:
+    """Exported after both paths ran: outputs and updated statistics of every call against torch's
+    training mode (each call reading the last one's statistics), decisions as `jm.trace`'s."""
+    model, ref = _fresh(HostGated)
+    base = _inputs()
+    up, down = base - base.mean() + 0.5, base - base.mean() - 0.5
+    jm = dycl_jax.to_jax(model.eval(), (up,), train=True, host="dispatch")
+    jm(down.numpy(), key=jax.random.key(0))  # the other path compiled; its statistics kept, as in torch
+    with torch.no_grad():
+        ref(down)
+    want_decisions = [jm.trace(x.numpy(), key=jax.random.key(1))[1] for x in (up, down)]
+    manifest = jm.export(str(tmp_path / "d"))
+    assert manifest["train"]["updated"] == jm.updated_paths
+    calls = [(x.numpy(), seed) for seed, x in enumerate((up, down, up + 0.1))]
+    out = torch_free.run(tmp_path, DISPATCH_RUNNER, {"path": str(tmp_path / "d"), "calls": calls})
+    assert out["torch loaded"] == []
+    for k, ((x, _), (y, stats)) in enumerate(zip(calls, out["runs"])):
+        with torch.no_grad():
+            want = ref(torch.from_numpy(x))  # torch in training mode, statistics updated
+        np.testing.assert_allclose(y, want.numpy(), rtol=1e-5, atol=1e-5, err_msg=f"call {k}")
+        buffers = dict(ref.named_buffers())
+        assert set(stats) == set(buffers)
+        for name, value in stats.items():  # counts exactly, floats within 1e-5
+            if buffers[name].dtype == torch.int64:
+                assert int(value) == int(buffers[name]), (k, name)
+            else:
+                np.testing.assert_allclose(value, buffers[name].numpy(), rtol=1e-5, atol=1e-5, err_msg=f"{k} {name}")
+    last = out["runs"][-1][1]  # down before export (the gated BatchNorm skipped), then up, down, up
+    assert (int(last["norm.num_batches_tracked"]), int(last["deep.1.num_batches_tracked"])) == (4, 2)
+    for got, want in zip(out["decisions"], want_decisions):
+        assert [(d[0], d[1]) for d in got] == [(d.site, d.value) for d in want] != []
+        np.testing.assert_allclose([d[2] for d in got], [d.margin for d in want], rtol=1e-5)

@@ -152,6 +152,23 @@ def test_skipped_blocks_on_the_dispatch_host_match_torch_train_mode():
     assert len(taken) == paths
 
 
+def test_a_root_whose_forward_is_torch_code_runs_on_the_dispatch_host_in_train_mode():
+    """nn.Sequential's forward is torch's own (never rewritten): the host runs it as one region
+    on tensors, not torch code on its arrays; outputs and running statistics against torch's
+    train mode over three calls at two batch sizes."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 3), nn.BatchNorm1d(3), nn.Dropout(0.0))
+    ref = copy.deepcopy(model).train()
+    jm = dycl_jax.to_jax(model, (torch.randn(5, 4),), train=True, host="dispatch")
+    for step, n in enumerate((5, 7, 5)):
+        x = torch.randn(n, 4)
+        with torch.no_grad():
+            want = ref(x)
+        np.testing.assert_allclose(np.asarray(jm(x.numpy(), key=jax.random.key(step))), want.numpy(), rtol=1e-5, atol=1e-5)
+        _assert_stats_match(_stats(jm), ref, step)
+    assert int(_stats(jm)["1.num_batches_tracked"]) == 3
+
+
 class PickedRows(nn.Module):
     """Random numbers sized by a Python int read from the data (a compiled region's, keyed), and,
     on two other paths, random numbers or a BatchNorm on rows picked by a mask in the same

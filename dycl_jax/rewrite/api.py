@@ -18,7 +18,7 @@ from dycl_jax.analysis.closures import closure_hazards
 from dycl_jax.errors import DyclError
 from dycl_jax.analysis.dynamism import constructs, needs_rewrite
 from dycl_jax.analysis.scopes import function_locals
-from dycl_jax.rewrite import codegen, lifting, pipeline
+from dycl_jax.rewrite import codegen, library_root, lifting, pipeline
 from dycl_jax.rewrite.modes import exclusive
 from dycl_jax.rewrite.operators import staging, tracing  # noqa: F401  (re-exported for the capture stage)
 from dycl_jax.rewrite.templates import Context, user_scopes
@@ -295,6 +295,8 @@ def dispatch_plan(model: torch.nn.Module, method: str = "forward") -> DispatchPl
     dispatch: list[tuple[disc.Target, types.FunctionType]] = []
     chosen = [t for t in targets if t.owner is model and t.attr == method  # always a host program
               or disc.has_branching(t.fn.__code__) and not inspect.isgeneratorfunction(t.fn)]
+    if not any(t.owner is model and t.attr == method for t in chosen):
+        chosen.insert(0, _library_root(model, method))
     hosts = {id(t.owner) for t in chosen if t.attr == "forward" and isinstance(t.owner, torch.nn.Module)}
     for target in chosen:
         fn = target.fn
@@ -307,6 +309,15 @@ def dispatch_plan(model: torch.nn.Module, method: str = "forward") -> DispatchPl
         record.functions.append(done.record)
     staged = [(t.owner, t.attr, _bind(t, staged_done[t.fn].fn)) for t in staged_targets]
     return DispatchPlan(staged, dispatch, record)
+
+
+def _library_root(model: torch.nn.Module, method: str) -> disc.Target:
+    """The host program of a method whose code is torch's (never rewritten): the whole call as one
+    region, so the host passes it tensors rather than running torch's code on its arrays."""
+    if method != "forward":
+        raise DyclError(f"{type(model).__name__}.{method} is torch's own code, which the dispatch host runs only as forward",
+                        fix='convert it with host="staged" (or "auto"), or wrap the call in a forward of your own module')
+    return disc.Target(library_root.library_forward, model, method, "method", model)
 
 
 @exclusive

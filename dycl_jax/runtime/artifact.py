@@ -13,7 +13,7 @@ import torch.utils._pytree as pytree
 from jax import export as jax_export
 
 from dycl_jax import __version__
-from dycl_jax.errors import DyclError
+from dycl_jax.errors import DyclError, raised_by_us
 from dycl_jax.lower.decision_log import DecisionLog
 from dycl_jax.lower.dtypes import to_jax_dtype
 from dycl_jax.lower.int_ranges import int_scope
@@ -95,13 +95,14 @@ def _export(fn: Any, state: list, inputs: list, extra: list | tuple = ()) -> jax
 
 def _keyed(fn: Any, updated: list[str]) -> tuple[Any, list, dict]:
     """A train=True program taking its key as raw key data (a typed key is not a serializable
-    argument), the aval of that data, and the manifest's `train` record."""
+    argument; any further arguments follow it), the aval of that data, and the manifest's
+    `train` record."""
     sample = jax.random.key(0)
     data = jax.random.key_data(sample)
     impl = str(jax.random.key_impl(sample))
 
-    def keyed(s: list, t: list, key_data: Any) -> tuple:
-        return fn(s, t, jax.random.wrap_key_data(key_data, impl=impl))
+    def keyed(s: list, t: list, key_data: Any, *rest: Any) -> tuple:
+        return fn(s, t, jax.random.wrap_key_data(key_data, impl=impl), *rest)
 
     record = {"updated": list(updated), "key": {"shape": list(data.shape), "dtype": np.dtype(data.dtype).name,
                                                 "impl": impl}}
@@ -122,6 +123,8 @@ def _export_batched(jm: "JaxModel", fn: Any, state: list, extra: list | tuple = 
             exp = _export(fn, state, _input_avals(jm, symbols), extra)
             return exp, {"dim0": "symbolic", "symbols": {str(i): s for i, s in symbols.items()}}
         except Exception as exc:  # noqa: BLE001 - a symbolic shape the program cannot take: next option
+            if raised_by_us(exc):
+                raise  # our own bug: it must surface, not become a fixed batch
             errors.append(f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}")
     exp = _export(fn, state, _input_avals(jm, {}), extra)
     return exp, {"dim0": "fixed", "symbols": {}, "reason": "; ".join(errors)}

@@ -160,6 +160,9 @@ class HostRuntime:
         self.path = path
         self.decisions: list[Decision] | None = None
         self.margins: dict[int, tuple[Any, float]] = {}
+        # train=True: the call's key data and how many keyed region programs it has run
+        self.key: Any = None
+        self.count = 0
         self.numpy_fns = [[{self._entry_key(e["tree"], e["key"]): e["fn"] for e in p.get("numpy", ())}
                            for p in r.get("parts", ())] for r in self.regions]
         self.lookup = [[{self._entry_key(e["tree"], e["key"]): e for e in p["entries"]} for p in r.get("parts", ())]
@@ -289,6 +292,15 @@ class HostRuntime:
                 return False
         return True
 
+    def _updated(self, updates: list[int] | None, outs: Any) -> Any:
+        """A train-mode program's outputs less the buffer updates before them, which go into the
+        state every later region reads (as torch's BatchNorm updates its statistics in place)."""
+        if not updates:
+            return outs
+        for i, value in zip(updates, outs):
+            self.state[i] = value
+        return outs[len(updates):]
+
     def _run(self, e: dict, leaves: list) -> Any:
         if e.get("mutated") and _aliased(leaves):
             raise CallError("this call passes one array under several names to a program that updates its inputs "
@@ -296,11 +308,17 @@ class HostRuntime:
                             fix="keep this model in Python with torch (jm(...)), or pass distinct arrays")
         inputs = [self.state[v] if kind == "s" else self.constants[v] for kind, v in e["sources"]]
         tensors = [leaves[i] for i in e["tensors"]]
+        updates = e.get("updates")
+        extra: tuple = ()
+        if updates is not None:  # train mode: the region call's key, as the live host's `Updating` draws it
+            extra = (self.key, np.int32(self.count))
+            self.count += 1
         scope = jax.enable_x64(True) if e["x64"] else contextlib.nullcontext()
         with scope:
             if self.decisions is not None and e["traced"]:
-                outs, margins, (ids, values, ms, count) = self._program(e["name"] + ".trace.stablehlo").call(inputs,
-                                                                                                             tensors)
+                outs, margins, (ids, values, ms, count) = self._program(e["name"] + ".trace.stablehlo").call(
+                    inputs, tensors, *extra)
+                outs, margins = self._updated(updates, outs), margins[len(updates or ()):]
                 n = int(count)
                 for site_id, value, margin in zip(np.asarray(ids)[:n], np.asarray(values)[:n], np.asarray(ms)[:n]):
                     site, kind = e["trace_sites"][site_id]
@@ -309,7 +327,7 @@ class HostRuntime:
                     if not math.isnan(float(m)):
                         self.margins[id(o)] = (o, float(m))
             else:
-                outs = self._program(e["name"] + ".stablehlo").call(inputs, tensors)
+                outs = self._updated(updates, self._program(e["name"] + ".stablehlo").call(inputs, tensors, *extra))
         flat = [outs[s] if s is not None else _constant(c, self) for s, c in zip(e["slots"], e["constants"])]
         if e["passed"] is not None:
             flat = [leaves[p] if p is not None else v for p, v in zip(e["passed"], flat)]
@@ -401,17 +419,44 @@ class HostedModel:
         self._entry = namespace[manifest["entry"]]
         self._rt = HostRuntime(path, manifest, state, namespace, manifest["trace"]["capacity"])
 
-    def __call__(self, *args: Any) -> Any:
-        return self._entry(self._rt, self._rt.root, *self._bind(args))
+    def __call__(self, *args: Any, key: Any = None) -> Any:
+        """The outputs, as `jm(*args)`. A train=True artifact takes `key` (a `jax.random.key`, its
+        data or an int seed) and returns `(outputs, updated)`, the BatchNorm statistics by torch
+        path, which it also keeps for its next call (as loaded.LoadedModel does)."""
+        train = self.manifest.get("train")
+        if train is None:
+            if key is not None:
+                raise CallError("this artifact was exported from an inference conversion; it takes no key",
+                                fix="call it without key=, or export a train=True conversion")
+            return self._entry(self._rt, self._rt.root, *self._bind(args))
+        outs, state = self._train_call(args, key)
+        self._rt.state = state
+        index = {p: i for i, p in enumerate(self.manifest["state"])}
+        return outs, {p: state[index[p]] for p in train["updated"]}
 
-    def trace(self, *args: Any) -> tuple[Any, list[Decision]]:
-        """(outputs, decisions): each host decision and each decision inside a region, in order."""
+    def trace(self, *args: Any, key: Any = None) -> tuple[Any, list[Decision]]:
+        """(outputs, decisions): each host decision and each decision inside a region, in order
+        (a train=True artifact: given `key`, and its statistics are left as they are)."""
         self._rt.decisions, self._rt.margins = [], {}
         try:
-            outs = self._entry(self._rt, self._rt.root, *self._bind(args))
+            if self.manifest.get("train") is not None:
+                outs, _ = self._train_call(args, key)
+            else:
+                outs = self._entry(self._rt, self._rt.root, *self._bind(args))
             return outs, self._rt.decisions
         finally:
             self._rt.decisions, self._rt.margins = None, {}
+
+    def _train_call(self, args: tuple, key: Any) -> tuple[Any, list]:
+        """A train-mode call on a copy of the state: (outputs, the state after it)."""
+        from dycl_jax.runtime.loaded import key_data  # loaded.py imports this module on use
+        rt = self._rt
+        data, kept = key_data(self.manifest["train"]["key"], key), rt.state
+        rt.state, rt.key, rt.count = list(kept), data, 0
+        try:
+            return self._entry(rt, rt.root, *self._bind(args)), rt.state
+        finally:
+            rt.state, rt.key = kept, None
 
     def _bind(self, args: tuple) -> list[Any]:
         from dycl_jax.runtime.loaded import _check, _match  # loaded.py imports this module on use

@@ -5,6 +5,7 @@ plain-Python statements as code, and a manifest `runtime/hosted.py` loads; what 
 cannot serve for unseen inputs is warned about (or refused, `strict`) at export."""
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -27,12 +28,13 @@ from dycl_jax.lower.dtypes import to_jax_dtype
 from dycl_jax.lower.int_ranges import int_scope
 from dycl_jax.lower.ops.control_flow import recording
 from dycl_jax.host import values
+from dycl_jax.host.training import RegionKeys, Updating
 from dycl_jax.rewrite.modes import exclusive
 from dycl_jax.rewrite.plan import Undefined
 from dycl_jax.runtime import hosted_ints as ints
 from dycl_jax.runtime import hosted_lists as lists
 from dycl_jax.runtime import hosted_symbolic as symbolic
-from dycl_jax.runtime.artifact import _export
+from dycl_jax.runtime.artifact import _export, _keyed
 from dycl_jax.runtime.loaded import MANIFEST, PARAMS, save_params
 
 if TYPE_CHECKING:
@@ -46,6 +48,13 @@ _ITEM_OPS = {"_local_scalar_dense.default"}  # what `.item()` / `.tolist()` run 
 class _Writer:
     def __init__(self, jm: "JaxModel", host: DispatchHost, program: HostProgram, capacity: int, strict: bool):
         self.jm, self.host, self.program, self.capacity, self.strict = jm, host, program, capacity, strict
+        # train=True: region programs take the call's key data and the region call's number and
+        # return their buffer updates first (host/training.py); the manifest's `train` record
+        self.train: dict | None = None
+        self.key_extra: list = []
+        if host.train:
+            _, key_aval, self.train = _keyed(lambda *a: a, list(getattr(jm, "updated_paths", ())))
+            self.key_extra = key_aval + [jax.ShapeDtypeStruct((), np.int32)]
         self.modules = {id(m): p for p, m in host.root.named_modules()}
         self.state = jm._state_values()
         self.files: dict[str, bytes] = {}
@@ -56,6 +65,8 @@ class _Writer:
         self.by_id = {id(m): m for _, m in host.root.named_modules()}
         self.uncovered: list[DyclError] = []  # what the artifact cannot serve for unseen inputs (warned)
         self.widened: set[int] = set()  # static programs export added at int values no guard took
+        # (function, variable) of region inputs whose sizes changed between signatures (check_coverage)
+        self.varying = symbolic.varying_inputs(host, program)
 
     def note_uncovered(self, problem: DyclError) -> None:
         """What the artifact will not serve for inputs unlike those run before export: a warning
@@ -157,9 +168,11 @@ class _Writer:
             self.statements.update(n for n, _ in sts)
             out["sizes"] = [[n, list(s.ins), list(s.outs)] for n, s in sts]
         served: set[int] = set()  # signatures a symbolic program takes
-        out["symbolic"], deferred = ints.widen(self, spec, part, fname) if part.variants else ([], [])
+        # (train mode: every program per signature, each captured in training mode as the host ran it)
+        widen = part.variants and not self.host.train
+        out["symbolic"], deferred = ints.widen(self, spec, part, fname) if widen else ([], [])
         made: list[tuple] = []  # (group, shapes, ranges) of each program with symbolic sizes
-        for group in symbolic.groups(part):
+        for group in symbolic.groups(part) if not self.host.train else ():
             result = self.symbolic(spec, rid, k, part, fname, group, len(out["entries"]), where)
             if isinstance(result, str):
                 out["symbolic"].append(f"{len(group)} signatures kept apart: {result}")
@@ -175,7 +188,7 @@ class _Writer:
             out["symbolic"].append(f"{len(group)} signatures as one program, symbols {ranges}")
         out["symbolic"] += ints.resolve_deferred(self, spec, part, fname, deferred,
                                                  lambda key: any(symbolic.takes(*m, key) for m in made))
-        for n_list, group in lists.groups(part):  # a list whose length changed: stacked, of symbolic length
+        for n_list, group in lists.groups(part) if not self.host.train else ():  # stacked, of symbolic length
             made = self.stacked(spec, rid, k, part, fname, n_list, group, out, where)
             if isinstance(made, str):
                 out["symbolic"].append(f"{len(group)} signatures of a growing list kept apart: {made}")
@@ -198,7 +211,7 @@ class _Writer:
                     out["entries"][-1]["widened"] = True
         out["covers"] = [ints.describe(e["key"]) + (f" (sizes {e['ranges']})" if "ranges" in e else "")
                          for e in out["entries"]] + [ints.describe(e["key"]) for e in out.get("numpy", ())]
-        self.check_coverage(spec, part, out)
+        self.check_coverage(spec, part, out, fname)
         return out
 
     def variant(self, spec: Any, rid: int, k: int, part: Part, fname: str, entry: Compiled, out: dict,
@@ -210,7 +223,7 @@ class _Writer:
             return
         if served[0][3] and entry.mutated:
             _refuse_aliased(spec, part)
-        fields = ints.int_fields(entry, served)
+        fields = ints.int_fields(entry, served) if not self.host.train else "train mode exports each signature"
         if isinstance(fields, dict):
             tree, leaves, _, _ = served[0]
             keys = ints.int_keys([self.leaf_key(key, where) for key in leaves], entry)
@@ -246,16 +259,27 @@ class _Writer:
             made.append((shapes, ranges, index))
         return made[0]
 
-    def check_coverage(self, spec: Any, part: Part, out: dict) -> None:
+    def check_coverage(self, spec: Any, part: Part, out: dict, fname: str) -> None:
         """Note a part whose programs are per signature while its signature changed with the input
-        before export (shapes or Python values): other inputs may give signatures it lacks."""
+        before export (shapes or Python values), or while it ran at one size of a variable whose
+        sizes changed elsewhere in its function: other inputs may give signatures it lacks."""
         fixed = [e for e in out["entries"] + list(out.get("numpy", ())) if not {"ranges", "widened"} & set(e)]
         # programs that differ only in dtypes (an int32 buffer becoming int64 after the first step) are
         # not a signature that changes with the input
         forms = {(e["tree"], json.dumps([k[:2] if k[0] == "a" else k for k in e["key"]])) for e in fixed}
+        first = spec.statements[part.first]
+        if len(forms) == 1 and not any("ranges" in e or "ints" in e for e in out["entries"]):
+            grown = [n for n in part.ins if (fname, n) in self.varying]
+            if grown:
+                self.note_uncovered(DyclError(
+                    f"{os.path.basename(spec.file)}:{first.line}: the {spec.label} ran at one input signature before "
+                    f"export ({ints.describe(fixed[0]['key'])}), while `{grown[0]}` took several sizes elsewhere in "
+                    "this function, so the artifact serves it only at that one; an input that gives it another size "
+                    "gets a CallError when the artifact is called", location=Location(spec.file, first.line, first.code),
+                    fix=f"before jm.export, call jm on inputs that give `{grown[0]}` other sizes here (e.g. other "
+                        "decode lengths)"))
         if len(forms) < 2:
             return
-        first = spec.statements[part.first]
         shown = "; ".join(ints.describe(e["key"]) for e in fixed[:3]) + ("; ..." if len(fixed) > 3 else "")
         self.note_uncovered(DyclError(
             f"{os.path.basename(spec.file)}:{first.line}: the {spec.label} ran with {len(fixed)} input signatures "
@@ -272,12 +296,14 @@ class _Writer:
         # arrays as the live host holds them (numpy in the key's dtype: an int64 one keeps the program 64-bit)
         jleaves = [np.zeros(key[0], key[1]) if isinstance(v, torch.Tensor) else v for key, v in zip(leaves, args)]
         torch_args = tuple(jax.tree_util.tree_unflatten(tree, args))
-        previous, self.host._state = self.host._state, self.state  # the capture runs the program once
+        # the capture runs the program once (in train mode drawing a key and updating a copy of the state)
+        previous, self.host._state = self.host._state, list(self.state) if self.host.train else self.state
+        keys, self.host._keys = self.host._keys, RegionKeys(jax.random.key(0)) if self.host.train else None
         try:
             entry, _, _ = exclusive(self.host._capture)(spec, part, self.units(spec, fname), jleaves, tree,
                                                          torch_args, symbolic, same)
         finally:
-            self.host._state = previous
+            self.host._state, self.host._keys = previous, keys
         return entry
 
     def symbolic(self, spec: Any, rid: int, k: int, part: Part, fname: str, group: list, n: int,
@@ -312,7 +338,7 @@ class _Writer:
         sites: list = []
         if traced_fn is not None:
             with int_scope(entry.x64):
-                traced, sites = self._traced(traced_fn, state_avals, tensor_avals)
+                traced, sites = self._traced(traced_fn, state_avals, tensor_avals, entry)
             self.files[f"{name}.trace.stablehlo"] = traced.serialize()
         out = {"name": name, "tree": str(tree), "key": keys,
                "sources": [["s", v] if s else ["c", self.array_constant(v)] for s, v in sources],
@@ -321,6 +347,8 @@ class _Writer:
                                                    for s, c in zip(entry.slots, entry.constants)],
                "passed": entry.passed, "x64": entry.x64, "traced": traced_fn is not None,
                "mutated": bool(entry.mutated), "trace_sites": [list(s) for s in sites]}
+        if isinstance(entry.fn, Updating):  # the state entries its first outputs update
+            out["updates"] = list(entry.fn.targets)
         return {**out, "ranges": ranges} if ranges is not None else out
 
     def units(self, spec: Any, fname: str) -> list:
@@ -368,22 +396,32 @@ class _Writer:
                        for s, v in entry.sources]
         tensor_avals = ints.tensor_avals(keys, entry)
         with int_scope(entry.x64):  # the plain functions: never a trace cached under a recorder
-            plain = _export(getattr(entry.fn, "__wrapped__", entry.fn), state_avals, tensor_avals)
-        traced = getattr(entry.margins, "__wrapped__", entry.margins)
+            plain_fn = self._program_fn(entry.fn)
+            plain = _export(plain_fn, state_avals, tensor_avals, self.key_extra if plain_fn is not entry.fn else ())
+        traced = self._program_fn(entry.margins)
         return self.exported(f"r{rid}p{k}e{n}", tree, keys, entry.sources, entry, plain, traced, state_avals,
                              tensor_avals, where)
 
-    def _traced(self, fn: Any, state: list, tensors: list) -> tuple[Any, list]:
-        log = DecisionLog(self.capacity)
+    def _program_fn(self, fn: Any) -> Any:
+        """The pure function of a host program (its jitted form's, or in train mode its keyed one,
+        which takes the key's data and the region call's number after the tensors)."""
+        if isinstance(fn, Updating):
+            keyed, _, _ = _keyed(fn.program.__wrapped__, [])
+            return keyed
+        return getattr(fn, "__wrapped__", fn)
 
-        def traced(s: list, t: list) -> tuple:
+    def _traced(self, fn: Any, state: list, tensors: list, entry: Compiled) -> tuple[Any, list]:
+        log = DecisionLog(self.capacity)
+        extra = self.key_extra if isinstance(entry.margins, Updating) else []
+
+        def traced(s: list, t: list, *key: Any) -> tuple:
             log.start()
             with recording(log):
-                outs, margins = fn(s, t)
+                outs, margins = fn(s, t, *key)
             ms = [jnp.float32(math.nan) if m is None else jnp.asarray(m, jnp.float32).reshape(()) for m in margins]
             return outs, ms, log.log
 
-        return _export(traced, state, tensors), log.sites
+        return _export(traced, state, tensors, extra), log.sites
 
 
 def _refuse_aliased(spec: Any, part: Part) -> None:
@@ -439,7 +477,8 @@ def _module_attributes(root: torch.nn.Module) -> dict[str, dict]:
 def write_hosted(jm: "JaxModel", path: str, trace_capacity: int, strict: bool = False) -> dict:
     """Write the dispatch-host model `jm` as an artifact directory; returns its manifest. What it
     cannot serve for inputs unlike those run before export is warned about (refused if `strict`)."""
-    host: DispatchHost = jm._fn  # type: ignore[assignment]
+    # (a train=True model calls the host's train_call, with the buffers it returns bound)
+    host: DispatchHost = jm._fn.func.__self__ if isinstance(jm._fn, functools.partial) else jm._fn  # type: ignore
     if host.attrs.slots:
         raise DyclError("the host program's statements write module attributes (state kept on `self` between "
                         "statements), which an exported host does not hold", location=jm.dispatch_location,
@@ -479,6 +518,9 @@ def write_hosted(jm: "JaxModel", path: str, trace_capacity: int, strict: bool = 
                                     "fix": p.fix} for p in writer.uncovered],
                      "note": "each region part's `covers` lists the signatures its programs take: `int (any "
                              "value ...)` is a Python int taken as a scalar input, `sizes` are symbolic"},
+        # train=True: each region program takes the call's key data and the region call's number
+        # (counting, per call, the programs that have `updates`) and returns those updates first
+        "train": writer.train,
         "source": jm.source, "trace": {"capacity": trace_capacity},
         "versions": {"jax": jax.__version__, "torch": torch.__version__, "dycl_jax": __version__},
     }

@@ -13,6 +13,7 @@ import jax
 import numpy as np
 import torch
 
+from dycl_jax.errors import raised_by_us
 from dycl_jax.host.dispatch import Compiled, DispatchHost, Part
 from dycl_jax.lower.int_ranges import int_scope
 from dycl_jax.rewrite.modes import exclusive
@@ -115,6 +116,8 @@ def stacked_program(host: DispatchHost, spec: Any, part: Part, fns: list[Callabl
     try:
         cap = _capture(host, body, (vals, attrs), dynamic)
     except Exception as exc:  # noqa: BLE001 - a use of the list other than stack/cat: per length instead
+        if raised_by_us(exc):
+            raise  # our own bug: it must surface, not become a per-signature fallback
         return f"torch.export with the list stacked: {type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
     if list(cap.inputs) != index:
         return "its tensor inputs differ from the stacked list's"

@@ -12,6 +12,7 @@ import torch
 from jax import export as jax_export
 
 from dycl_jax.host import values
+from dycl_jax.errors import raised_by_us
 from dycl_jax.host.dispatch import Compiled, DispatchHost, Part
 from dycl_jax.lower.int_ranges import int_scope
 from dycl_jax.lower.interpreter import LoweredGraph
@@ -44,6 +45,23 @@ def groups(part: Part) -> list[list[tuple[Any, tuple, Compiled]]]:
                 tuple(entry.passed or ()), tuple(entry.tensor_leaves), tuple(entry.symbolic))
         out.setdefault(form, []).append((tree, leaves, entry))
     return [g for g in out.values() if len(g) > 1 and (not g[0][2].symbolic or len({_sizes(l) for _, l, _ in g}) > 1)]
+
+
+def varying_inputs(host: Any, program: Any) -> set[tuple[str, str]]:
+    """(host function, variable) of every region input whose array sizes differed between the
+    signatures the host ran (a decode loop's growing `ys`, even within one call): a part that
+    ran at only one size of such a variable may meet another size after export."""
+    sizes: dict[tuple[str, str], set] = {}
+    for rid, spec in enumerate(program.regions):
+        st = host.regions.get(id(spec))
+        for part in st.parts if st is not None else ():
+            keys = [k for k in part.cache if not isinstance(k[0], str)] + [k for ks in part.served.values() for k in ks]
+            for tree, leaves, *_ in keys:
+                vals, _ = jax.tree_util.tree_unflatten(tree, list(range(len(leaves))))
+                for name, v in zip(part.ins, vals):
+                    shapes = tuple(leaves[i][0] for i in jax.tree_util.tree_leaves(v) if _is_array(leaves[i]))
+                    sizes.setdefault((program.region_fn[rid], name), set()).add(shapes)
+    return {n for n, s in sizes.items() if len(s) > 1}
 
 
 def _is_array(k: Any) -> bool:
@@ -84,6 +102,8 @@ def symbolic_program(host: DispatchHost, spec: Any, part: Part, fns: list[Callab
     try:
         cap = _capture(host, spec, part, fns, args, dynamic, ints)
     except Exception as exc:  # noqa: BLE001 - torch.export refused the dynamic sizes: per signature instead
+        if raised_by_us(exc):
+            raise  # our own bug: it must surface, not become a per-signature fallback
         return f"torch.export with dynamic sizes: {type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
     made = export_captured(host, spec, cap, entry, state, [leaves[i][1] for i in index], ints)
     if isinstance(made, str):
@@ -154,6 +174,8 @@ def export_captured(host: DispatchHost, spec: Any, cap: Any, entry: Compiled, st
         try:
             plain = _export(run, state_avals, sym_avals)
         except Exception as exc:  # noqa: BLE001 - the lowering needs static sizes somewhere: per signature instead
+            if raised_by_us(exc):
+                raise  # our own bug: it must surface, not become a per-signature fallback
             return f"jax.export with symbolic sizes: {type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
     return plain, run, graph, ranges, shapes, sources, state_avals, sym_avals
 
@@ -205,7 +227,9 @@ def small_sizes(host: DispatchHost, spec: Any, part: Part, fns: list, group: lis
                 run, graph, sources, state_avals = lowered(host, spec, cap, state)
                 tensors = [jax.ShapeDtypeStruct(tuple(keys[i][0]), keys[i][1]) for i in entry.tensor_leaves]
                 plain = _export(run, state_avals, tensors)
-        except Exception:  # noqa: BLE001 - a size the statements cannot take (e.g. an empty reduction): not served
+        except Exception as exc:  # noqa: BLE001 - a size the statements cannot take (e.g. an empty reduction): not served
+            if raised_by_us(exc):
+                raise  # our own bug: it must surface, not become a per-signature fallback
             continue
         traced = functools.partial(run, call=graph.with_margins) if entry.margins is not None else None
         out.append((tuple(keys), plain, traced, state_avals, tensors, sources))

@@ -42,6 +42,26 @@ def load(path: str) -> "LoadedModel":
     return LoadedModel(path, manifest)
 
 
+def key_data(spec: dict, key: Any) -> Any:
+    """A train=True artifact's key argument as the raw key data its programs take (`spec`: the
+    manifest's `train.key`): from a `jax.random.key`, its data, or an int seed."""
+    if key is None:
+        raise CallError("a train=True artifact needs key= for its random ops (dropout, ...)",
+                        fix="pass key=jax.random.key(seed)")
+    if isinstance(key, int) and not isinstance(key, bool):
+        key = jax.random.key(key, impl=spec["impl"])
+    if jax.dtypes.issubdtype(getattr(key, "dtype", None), jax.dtypes.prng_key):
+        if str(jax.random.key_impl(key)) != spec["impl"]:
+            raise CallError(f"the key is a {jax.random.key_impl(key)} key; this artifact draws with {spec['impl']}",
+                            fix=f"pass jax.random.key(seed, impl={spec['impl']!r})")
+        key = jax.random.key_data(key)
+    data = np.asarray(key)
+    if list(data.shape) != spec["shape"] or data.dtype.name != spec["dtype"]:
+        raise CallError(f"key: expected a key or its data {spec['dtype']}{spec['shape']}, "
+                        f"got {data.dtype.name}{list(data.shape)}", fix="pass key=jax.random.key(seed)")
+    return data
+
+
 class LoadedModel:
     """A deployed converted model: `m(*args)` as `jm(*args)`, `m.trace(*args)` as `jm.trace`."""
 
@@ -84,22 +104,7 @@ class LoadedModel:
             return self._outputs(outs), self._update(new)
 
     def _key(self, key: Any) -> Any:
-        spec = self._train["key"]  # type: ignore[index]
-        if key is None:
-            raise CallError("a train=True artifact needs key= for its random ops (dropout, ...)",
-                            fix="pass key=jax.random.key(seed)")
-        if isinstance(key, int) and not isinstance(key, bool):
-            key = jax.random.key(key, impl=spec["impl"])
-        if jax.dtypes.issubdtype(getattr(key, "dtype", None), jax.dtypes.prng_key):
-            if str(jax.random.key_impl(key)) != spec["impl"]:
-                raise CallError(f"the key is a {jax.random.key_impl(key)} key; this artifact draws with {spec['impl']}",
-                                fix=f"pass jax.random.key(seed, impl={spec['impl']!r})")
-            key = jax.random.key_data(key)
-        data = np.asarray(key)
-        if list(data.shape) != spec["shape"] or data.dtype.name != spec["dtype"]:
-            raise CallError(f"key: expected a key or its data {spec['dtype']}{spec['shape']}, "
-                            f"got {data.dtype.name}{list(data.shape)}", fix="pass key=jax.random.key(seed)")
-        return data
+        return key_data(self._train["key"], key)  # type: ignore[index]
 
     def _update(self, new: Any) -> dict[str, Any]:
         for where, value in zip(self._updated, new):

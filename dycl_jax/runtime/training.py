@@ -6,7 +6,6 @@ from typing import Any, Callable
 from flax import nnx
 
 from dycl_jax.errors import CallError
-
 from dycl_jax.lower.int_ranges import int_scope
 from dycl_jax.lower.ops.control_flow import differentiable
 from dycl_jax.rewrite.decisions import Decision
@@ -75,16 +74,6 @@ class TrainingJaxModel(JaxModel):
 
     def padded(self, *args: Any) -> Any:
         raise CallError("a model converted with train=True has no padded form", fix="call jm(...) or jm.apply(...)")
-
-    def export(self, path: str, *, trace_capacity: int = 4096, strict: bool = False) -> dict:
-        """The training-mode program as an artifact (staged host): `dycl_jax.load(path)(*args,
-        key=k)` returns `(outputs, updated statistics by torch path)`, see runtime/loaded.py."""
-        if self.host != "staged":
-            raise CallError("a train=True model on the dispatch host is not exported: its regions draw keys "
-                            "and update statistics as the host runs them",
-                            fix="convert with host=\"staged\" where the model allows it, or export an "
-                                "inference conversion (train=False)")
-        return super().export(path, trace_capacity=trace_capacity, strict=strict)
 
     def _traced_outputs(self, outs: Any) -> Any:
         return self.signature.unflatten(outs[0])
