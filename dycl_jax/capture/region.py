@@ -18,6 +18,7 @@ from dycl_jax.capture.ordered_dicts import keep_order
 from dycl_jax.capture.export import StateEntry, _eval_mode, _quiet_torch_logs, _state_entries, _strip, to_core_aten
 from dycl_jax.capture.train_mode import training
 from dycl_jax.errors import CaptureError
+from dycl_jax.rewrite.minmax import python_builtins
 from dycl_jax.rewrite.modes import caller_tensors
 from dycl_jax.rewrite.plan import Undefined
 
@@ -76,7 +77,8 @@ class _CallWrapper(torch.nn.Module):
             else:
                 leaves[i] = leaves[self._same[i]] if i in self._same else t.clone()
         versions = [leaves[i]._version for i in self._tensors]
-        with caller_tensors([leaves[i] for i in self._callers]):  # a staged branch must not update them
+        # a staged branch must not update them; Python's max/min, not export's torch.maximum
+        with caller_tensors([leaves[i] for i in self._callers]), python_builtins():
             out = self._fn(*jax.tree_util.tree_unflatten(self._tree, leaves))
         flat, tree = jax.tree_util.tree_flatten(keep_order(out))  # dicts come back in their own key order
         lost_update(self._leaves, [leaves[i] for i in self._tensors], versions, flat)
