@@ -19,6 +19,7 @@ from dycl_jax.capture.checked_linalg import UNCHECKED
 from dycl_jax.capture.shims import capture_shims
 from dycl_jax.capture.train_mode import training
 from dycl_jax.errors import CaptureError, DyclError, InputMutationError, raised_by_us
+from dycl_jax.rewrite.minmax import python_builtins
 from dycl_jax.rewrite.modes import caller_tensors
 
 _PREFIX = "m."  # the user's module sits at `m` inside the wrapper below
@@ -86,7 +87,7 @@ class _MethodWrapper(torch.nn.Module):
         leaves = list(self._leaves)
         for i, t in zip(self._tensor_index, tensors):
             leaves[i] = t
-        with caller_tensors(tensors):
+        with caller_tensors(tensors), python_builtins():  # Python's max/min, not export's torch.maximum
             out = getattr(self.m, self._method)(*pytree.tree_unflatten(leaves, self._spec))
         flat, out_spec = pytree.tree_flatten(out)
         self._sink(out_spec=out_spec, out_is_python=[not isinstance(v, torch.Tensor) for v in flat])

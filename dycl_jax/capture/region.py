@@ -14,9 +14,11 @@ import torch
 from torch.export import ExportedProgram
 
 from dycl_jax.capture import int_inputs
+from dycl_jax.capture.ordered_dicts import keep_order
 from dycl_jax.capture.export import StateEntry, _eval_mode, _quiet_torch_logs, _state_entries, _strip, to_core_aten
 from dycl_jax.capture.train_mode import training
 from dycl_jax.errors import CaptureError
+from dycl_jax.rewrite.minmax import python_builtins
 from dycl_jax.rewrite.modes import caller_tensors
 from dycl_jax.rewrite.plan import Undefined
 
@@ -75,9 +77,10 @@ class _CallWrapper(torch.nn.Module):
             else:
                 leaves[i] = leaves[self._same[i]] if i in self._same else t.clone()
         versions = [leaves[i]._version for i in self._tensors]
-        with caller_tensors([leaves[i] for i in self._callers]):  # a staged branch must not update them
+        # a staged branch must not update them; Python's max/min, not export's torch.maximum
+        with caller_tensors([leaves[i] for i in self._callers]), python_builtins():
             out = self._fn(*jax.tree_util.tree_unflatten(self._tree, leaves))
-        flat, tree = jax.tree_util.tree_flatten(out)
+        flat, tree = jax.tree_util.tree_flatten(keep_order(out))  # dicts come back in their own key order
         lost_update(self._leaves, [leaves[i] for i in self._tensors], versions, flat)
         mutated = tuple(i for i, v in zip(self._tensors, versions) if leaves[i]._version != v)
         # an input returned as it came (`y = x`) stays the caller's array: identity is how the
@@ -194,7 +197,8 @@ def capture_call(root: torch.nn.Module, fn: Callable, args: tuple, context: Call
     (the host's rewrite patches and staging mode). Errors propagate as raised: the host decides
     which of them move the region to the host.
     """
-    leaves, tree = jax.tree_util.tree_flatten(jax.tree_util.tree_map(leaf_view, args) if leaf_view else args)
+    args = keep_order(args)  # the region's code sees dicts in the caller's key order
+    leaves, tree = jax.tree_util.tree_flatten(keep_order(jax.tree_util.tree_map(leaf_view, args)) if leaf_view else args)
     sink: dict[str, Any] = {}
     wrapper = _CallWrapper(root, fn, leaves, tree, sink, callers, same, dynamic)
     inputs = tuple(leaves[i] for i in wrapper._index)

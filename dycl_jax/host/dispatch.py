@@ -26,6 +26,7 @@ import torch
 import torch.utils._pytree as pytree
 
 from dycl_jax.capture import int_inputs
+from dycl_jax.capture.ordered_dicts import leaves_in_order
 from dycl_jax.capture.region import HostValueError, capture_call, lost_update, view_pairs
 from dycl_jax.errors import (AliasedUpdateError, CallError, DyclError, InputMutationError, Location,
                              StagedAliasError, raised_by_us)
@@ -128,7 +129,7 @@ def _leaf_names(ins: tuple[str, ...], tree: Any, wanted: list[int]) -> list[str]
     vals, _ = jax.tree_util.tree_unflatten(tree, list(range(tree.num_leaves)))
     names: dict[int, str] = {}
     for name, v in zip(ins, vals):
-        idx = jax.tree_util.tree_leaves(v)
+        idx = leaves_in_order(v)
         for k, i in enumerate(idx):
             names[i] = name if len(idx) == 1 else f"{name}[{k}]"
     return [names.get(i, "(module attribute)") for i in wanted]
@@ -210,7 +211,7 @@ def _check_aliases_kept(spec: RegionSpec, part: "Part", vals: tuple, leaves: lis
     (Checked when the region is captured, from the frame of the user's function and the names
     of a split region computed so far.)"""
     local = user_locals(env, (region,))
-    owner = [n for n, v in zip(part.ins, vals) for _ in jax.tree_util.tree_leaves(v)]  # leaf -> its name
+    owner = [n for n, v in zip(part.ins, vals) for _ in leaves_in_order(v)]  # leaf -> its name
     # a name no later statement reads may keep the old tensor
     later = None if spec.live_after is None else spec.live_after.union(*(st.ins for st in spec.statements[part.stop:]))
     for i in mutated:
@@ -561,12 +562,11 @@ class DispatchHost:
         if mutated and spec.kind == "region":  # as for a compiled part: another name holding the array misses the update
             _check_aliases_kept(spec, part, jax.tree_util.tree_unflatten(tree, leaves)[0], leaves, mutated,
                                 self._region_env or {})
-        views = view_pairs(torch_leaves, jax.tree_util.tree_leaves((outs, new_attrs)),
-                           lambda t: roots.get(id(t), t))
+        views = view_pairs(torch_leaves, leaves_in_order((outs, new_attrs)), lambda t: roots.get(id(t), t))
         if views:
             check_views_kept(spec, part, vals, leaves, outs, views, user_locals(self._region_env or {}, (region, island)))
         try:
-            lost_update(None, inputs, versions, jax.tree_util.tree_leaves((outs, new_attrs)))
+            lost_update(None, inputs, versions, leaves_in_order((outs, new_attrs)))
         except HostValueError as exc:
             st = spec.statements[part.first]
             raise DyclError(f"{os.path.basename(spec.file)}:{st.line}: {exc}", location=Location(spec.file, st.line, st.code),
@@ -598,7 +598,7 @@ class DispatchHost:
                 outs, _ = self._body(spec, part, fns)(probe_vals, probe_attrs)
             quiet = not self.attrs.changed(before)
             self.attrs.restore(before)
-            if quiet and not any(isinstance(v, torch.Tensor) for v in jax.tree_util.tree_leaves(outs)):
+            if quiet and not any(isinstance(v, torch.Tensor) for v in leaves_in_order(outs)):
                 part.cache[key] = DIRECT
                 return run_statements(spec, fns[part.first:part.stop], vals, part.ins, part.outs, part.first)
         if part.stop - part.first > 1:
@@ -683,7 +683,7 @@ class DispatchHost:
             entry.captured = cap
         self.io_names.setdefault(id(entry.fn), (_leaf_names(part.ins, tree, entry.tensor_leaves), list(part.outs)))
         outs, new_attrs = entry.run(self._state, leaves)
-        jax.block_until_ready(jax.tree_util.tree_leaves(outs))
+        jax.block_until_ready(leaves_in_order(outs))
         return entry, outs, new_attrs
 
     @staticmethod
@@ -712,10 +712,10 @@ class DispatchHost:
                     args = [env[n] for n in st.ins]
                     # only immutable Python values in (ints, strings, lists of them as fresh copies):
                     # then running it once more for real can change nothing the probe touched
-                    if not st.outs or not all(type(v) in values.PLAIN for v in jax.tree_util.tree_leaves(args)):
+                    if not st.outs or not all(type(v) in values.PLAIN for v in leaves_in_order(args)):
                         break
                     outs = fn(*args)
-                    if not all(type(v) in values.PLAIN for v in jax.tree_util.tree_leaves(outs)) \
+                    if not all(type(v) in values.PLAIN for v in leaves_in_order(outs)) \
                             or self.attrs.changed(before):
                         break
                     env.update(zip(st.outs, outs))

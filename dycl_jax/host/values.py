@@ -11,6 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import torch
 
+from dycl_jax.capture.ordered_dicts import keep_order
 from dycl_jax.errors import DataDependentError, UnsupportedDtypeError, UnsupportedOpError, exception_chain, raised_by_us
 from dycl_jax.lower.dtypes import INT32_MAX, INT32_MIN, tensor_to_numpy, torch_dtype
 from dycl_jax.rewrite.plan import Undefined
@@ -100,9 +101,10 @@ def call_key(vals: tuple, attrs: tuple | None) -> tuple[list, Any, tuple]:
             keys = tuple([leaf_key(v) for v in leaves])
             same = same_arrays(leaves) if arrays > 1 else ()
             return leaves, tree, (tree, keys, torch.is_grad_enabled(), same)
-    leaves, tree = jax.tree_util.tree_flatten((vals, attrs))
+    leaves, tree = jax.tree_util.tree_flatten(keep_order((vals, attrs)))  # dicts keep their key order
     if has_closures(leaves):  # what nested functions close over becomes region input
-        leaves, tree = jax.tree_util.tree_flatten(jax.tree_util.tree_map(open_closures, (vals, attrs)))
+        opened = jax.tree_util.tree_map(open_closures, keep_order((vals, attrs)))
+        leaves, tree = jax.tree_util.tree_flatten(keep_order(opened))
     if has_tensors(leaves):
         leaves = [to_jax(v) if isinstance(v, torch.Tensor) else v for v in leaves]
     return leaves, tree, (tree, tuple(map(leaf_key, leaves)), torch.is_grad_enabled(), same_arrays(leaves))
@@ -235,11 +237,11 @@ def to_torch(v: Any) -> Any:
 
 
 def tree_to_jax(tree: Any) -> Any:
-    return jax.tree_util.tree_map(to_jax, tree)
+    return jax.tree_util.tree_map(to_jax, keep_order(tree))  # dicts keep their key order
 
 
 def tree_to_torch(tree: Any) -> Any:
-    return jax.tree_util.tree_map(to_torch, tree)
+    return jax.tree_util.tree_map(to_torch, keep_order(tree))
 
 
 # ---------------------------------------------------------------- why a region did not compile

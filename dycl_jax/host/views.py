@@ -6,6 +6,7 @@ from typing import Any, Callable, Sequence
 
 import jax
 
+from dycl_jax.capture.ordered_dicts import leaves_in_order
 from dycl_jax.errors import AliasedUpdateError, Location
 from dycl_jax.rewrite.regions import RegionSpec
 
@@ -28,8 +29,8 @@ def check_views_kept(spec: RegionSpec, part: Any, vals: tuple, leaves: list, out
     j. Torch's update of one reaches the other; the host's arrays are separate. Refused where the
     view and a name still holding the other are both read later and one of them may be updated
     in place from this region on (`RegionSpec.updated_later`)."""
-    ins = [n for n, v in zip(part.ins, vals) for _ in jax.tree_util.tree_leaves(v)]
-    out_names = [n for n, v in zip(part.outs, outs) for _ in jax.tree_util.tree_leaves(v)]
+    ins = [n for n, v in zip(part.ins, vals) for _ in leaves_in_order(v)]
+    out_names = [n for n, v in zip(part.outs, outs) for _ in leaves_in_order(v)]
     later = None if spec.live_after is None else spec.live_after.union(*(st.ins for st in spec.statements[part.stop:]))
     live = (lambda n: not n.startswith("_dycl_")) if later is None else (lambda n: n in later)
     risky = (lambda n: True) if spec.updated_later is None else spec.updated_later.__contains__

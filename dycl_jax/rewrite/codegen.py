@@ -24,8 +24,10 @@ class _Unparser(ast._Unparser):  # type: ignore[name-defined,misc]
     """ast.unparse that tags statement lines with their user line and puts each operator call
     with a site on a line of its own (so a stack frame line names exactly one site)."""
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, **options: Any) -> None:
+        # ast builds a nested unparser of this class for each f-string's expressions
+        # (`type(self)(_avoid_backslashes=True)`): its options pass through
+        super().__init__(**options)
         self._lines: list[int] = []
 
     def traverse(self, node: Any) -> None:

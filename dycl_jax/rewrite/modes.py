@@ -13,6 +13,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.proxy_tensor import disable_proxy_modes_tracing
 
 from dycl_jax.rewrite import constants
+from dycl_jax.rewrite.minmax import python_builtins
 from dycl_jax.rewrite.sites import Site
 
 
@@ -126,7 +127,7 @@ def dry_run(values: Any) -> Iterator[Any]:
         else:
             mode = FakeTensorMode(allow_non_fake_inputs=True)
             fakes = pytree.tree_map_only(torch.Tensor, lambda t: constants.fake(mode, t), values)
-            with mode, torch.no_grad():
+            with mode, torch.no_grad(), python_builtins():  # max/min of fake tensors, as staged
                 yield fakes
     finally:
         _S.dry -= 1
