@@ -119,3 +119,74 @@ def test_a_list_under_two_names_stays_one_list(host, model) -> None:
         with torch.no_grad():
             want = model(x)
         assert_same(want, jm(x), f"{type(model).__name__} input {k}")
+
+
+class HostBranchEdits(nn.Module):
+    """An `.item()` branch on the host: one arm assigns an element, the other extends; the
+    alias made in the same region as the list is what is returned."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(6, 6)
+
+    def forward(self, x):
+        outs = [x, x * 2]
+        saved = outs
+        h = self.fc(x)
+        if h.sum().item() > 0:
+            outs[0] = h
+        else:
+            outs.extend([h * 3])
+        return torch.stack(saved).sum(0), len(saved)
+
+
+class RegionSubscript(nn.Module):
+    """`saved = outs` then `outs[k] = h` with `k` an int from `.item()`, all straight-line code."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(6, 6)
+
+    def forward(self, x):
+        outs = [x, x * 2]
+        saved = outs
+        h = self.fc(x)
+        k = int(h.sum().item() > 0)
+        outs[k] = h
+        return torch.stack(saved).sum(0)
+
+
+class AliasAppendedOnHost(nn.Module):
+    """`also = outs` (a chained alias), appended through `outs` in an `.item()` branch."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(6, 6)
+
+    def forward(self, x):
+        outs = [x]
+        saved = also = outs
+        h = self.fc(x)
+        if h.mean().item() > 0:
+            outs.append(h)
+        also.append(h * 0.5)
+        return torch.cat(saved).sum(0), len(saved)
+
+
+@pytest.mark.parametrize("model", [HostBranchEdits, RegionSubscript, AliasAppendedOnHost])
+def test_a_list_aliased_inside_a_region_stays_one_list(model) -> None:
+    # a region's outputs `outs` and `saved` used to come back as two lists (and a part given
+    # both ran as a program taking two), so later changes through one name missed the other
+    torch.manual_seed(0)
+    model = model().eval()
+    g = torch.Generator().manual_seed(2)
+    xs = [torch.randn(1, 6, generator=g) for _ in range(6)]
+    jm = dycl_jax.to_jax(model, (xs[0],), host="dispatch")
+    taken = set()
+    for k, x in enumerate(xs):
+        with torch.no_grad():
+            want = model(x)
+            taken.add(bool(model.fc(x).sum() > 0) if not isinstance(model, AliasAppendedOnHost)
+                      else bool(model.fc(x).mean() > 0))
+        assert_same(want, jm(x), f"{type(model).__name__} input {k}")
+    assert taken == {True, False}, "both paths must be taken"

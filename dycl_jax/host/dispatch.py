@@ -39,10 +39,10 @@ from dycl_jax.lower.int_ranges import int64_verdict, int_scope
 from dycl_jax.lower.interpreter import LoweredGraph
 from dycl_jax.rewrite import lifting
 from dycl_jax.rewrite.api import DispatchPlan, patched
-from dycl_jax.rewrite.appends import appending, kept_in_place, rejoined, shared_containers
+from dycl_jax.rewrite.appends import appending, kept_identity, kept_in_place, rejoined, shared_containers
 from dycl_jax.rewrite.modes import exclusive, staging
 from dycl_jax.lower.ops.control_flow import recording
-from dycl_jax.rewrite.regions import (EXECUTOR, NOT_STAGED, AliasChoice, RegionSpec, aliased_at_call, executing,
+from dycl_jax.rewrite.regions import (EXECUTOR, NOT_STAGED, AliasChoice, RegionSpec, aliased_at_call, executing, identities,
                                       island, note_margin, record_compiled, recording_margins, region, run_statements)
 
 # True while a host statement runs in torch: a dispatch-rewritten method called from there
@@ -269,6 +269,11 @@ class Part:
     appends: tuple[str, ...] = ()
     # (input, output) positions of names the region changes only in place (RegionSpec.in_place)
     in_place: tuple[tuple[int, int], ...] = ()
+    # outputs that hold an input's or another output's list or dict (regions.identities)
+    same: tuple[tuple[int, bool, int], ...] = ()
+    # it changes an input in place (`xs[k] = v`, `xs.append(v)`): where two of its inputs are one
+    # list or dict, the host runs it, so the change reaches both names (a program takes two)
+    changes: bool = False
 
 
 @dataclass
@@ -290,7 +295,9 @@ def _part(spec: RegionSpec, first: int, stop: int) -> Part:
     outs = tuple(sorted(defined & later))
     appends = tuple(n for n in ins if n in outs and all(n in st.appends for st in sts[first:stop] if n in st.ins))
     in_place = tuple((ins.index(n), outs.index(n)) for n in outs if n in ins and n in spec.in_place)
-    return Part(first, stop, tuple(ins), outs, appends=appends, in_place=in_place)
+    same = identities(sts[first:stop], ins, outs)
+    changes = any(n in ins for st in sts[first:stop] for n in set(st.outs) - set(st.binds))
+    return Part(first, stop, tuple(ins), outs, appends=appends, in_place=in_place, same=same, changes=changes)
 
 
 class DispatchHost:
@@ -446,7 +453,8 @@ class DispatchHost:
         """The usual call's short way: the outputs of the program the part compiled for this
         signature, or _MISSED where `_run_part` must run (first calls, host parts, symbolic ints,
         appended lists, lists changed in place, module attributes, in-place updates)."""
-        if part.appends or part.in_place or self.attrs.slots:
+        if part.appends or part.in_place or part.same or self.attrs.slots \
+                or part.changes and shared_containers(vals):
             return _MISSED
         leaves, _, key = values.call_key(vals, None)
         entry = part.cache.get(key)
@@ -455,12 +463,16 @@ class DispatchHost:
         return entry.run(self._state, leaves)[0]
 
     def _run_part(self, st: RegionState, part: Part, fns: Sequence[Callable], vals: tuple) -> tuple:
-        if part.in_place:  # lists and dicts changed in place stay the caller's objects
-            shared = shared_containers(vals)
-            if shared:  # one list under two of its names: a compiled program would take two, the host one
-                return kept_in_place(vals, self._run_shared(st, part, fns, vals, shared), part.in_place)
-            return kept_in_place(vals, self._run_part_listed(st, part, fns, vals), part.in_place)
-        return self._run_part_listed(st, part, fns, vals)
+        if part.same:  # `saved = xs`: one list under two names comes back as one
+            return kept_identity(vals, self._run_part_kept(st, part, fns, vals), part.same)
+        return self._run_part_kept(st, part, fns, vals)
+
+    def _run_part_kept(self, st: RegionState, part: Part, fns: Sequence[Callable], vals: tuple) -> tuple:
+        shared = shared_containers(vals) if part.in_place or part.changes else []
+        # one list under two of its names: a compiled program would take two, the host one
+        outs = self._run_shared(st, part, fns, vals, shared) if shared else self._run_part_listed(st, part, fns, vals)
+        # lists and dicts changed in place stay the caller's objects
+        return kept_in_place(vals, outs, part.in_place) if part.in_place else outs
 
     def _run_shared(self, st: RegionState, part: Part, fns: Sequence[Callable], vals: tuple,
                     shared: list[tuple[int, int]]) -> tuple:

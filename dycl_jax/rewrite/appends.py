@@ -19,6 +19,14 @@ def appended(s: ast.stmt) -> tuple[str, ...]:
     return (target,)
 
 
+def copied(s: ast.stmt) -> tuple[tuple[str, str], ...]:
+    """(target, source) of `a = b` (and `a = c = b`): names bound to what another name holds."""
+    if not (isinstance(s, ast.Assign) and isinstance(s.value, ast.Name)
+            and all(isinstance(t, ast.Name) for t in s.targets)):
+        return ()
+    return tuple((t.id, s.value.id) for t in s.targets if isinstance(t, ast.Name))
+
+
 def appending(ins: Sequence[str], outs: Sequence[str], appends: Sequence[str], vals: tuple,
               run: Callable[[tuple], tuple]) -> tuple:
     """Run a part whose input lists `appends` it only appends to and gives back: each goes in
@@ -72,6 +80,20 @@ def kept_in_place(vals: tuple, outs: tuple, pairs: Sequence[tuple[int, int]]) ->
         else:
             continue
         got[o] = old
+    return tuple(got)
+
+
+def kept_identity(vals: tuple, outs: tuple, pairs: Sequence[tuple[int, bool, int]]) -> tuple:
+    """`outs` with each (output, from an input?, position) of `regions.identities` holding that
+    input's or earlier output's list or dict itself again (an input's object gets the output's
+    contents written into it, as `saved.append(v)` changed the caller's `xs`)."""
+    got = list(outs)
+    for o, from_input, i in pairs:
+        new = got[o]
+        if from_input:
+            got[o] = kept_in_place(vals, tuple(got), [(i, o)])[o]
+        elif type(new) in (list, dict) and type(got[i]) is type(new):
+            got[o] = got[i]
     return tuple(got)
 
 

@@ -30,6 +30,36 @@ class StatementSpec:
     # names the statement only appends to (`xs.append(v)`, `v` not reading `xs`): a region that
     # only appends to a list can take it empty and have the host extend the caller's list
     appends: tuple[str, ...] = ()
+    # the names it binds to another object (not those it changes in place: `xs.append(v)`),
+    # and among them those bound to what another name holds (`saved = xs`): which of a
+    # region's outputs are one list or dict (`identities`)
+    binds: tuple[str, ...] = ()
+    copies: tuple[tuple[str, str], ...] = ()
+
+
+def identities(statements: Sequence[StatementSpec], ins: Sequence[str],
+               outs: Sequence[str]) -> tuple[tuple[int, bool, int], ...]:
+    """(output, from an input?, its position) for each output that is the object another
+    output, or an input as it came in, holds when the statements are done (`saved = xs` makes
+    `saved` the caller's `xs`). A compiled program, or a host statement's conversion to arrays,
+    gives every output a new container, so the host rebinds these (`appends.kept_identity`)."""
+    holds: dict[str, Any] = {n: ("in", n) for n in ins}  # name -> the object it holds, by origin
+    for k, st in enumerate(statements):
+        before = dict(holds)
+        copied = dict(st.copies)
+        for n in st.binds:
+            holds[n] = before.get(copied[n], ("new", k, n)) if n in copied else ("new", k, n)
+    pairs: list[tuple[int, bool, int]] = []
+    first: dict[Any, int] = {}
+    for o, n in enumerate(outs):
+        origin = holds.get(n, ("new", -1, n))
+        if origin[0] == "in" and origin[1] != n and origin[1] in ins:
+            pairs.append((o, True, list(ins).index(origin[1])))
+        elif origin in first:
+            pairs.append((o, False, first[origin]))
+        else:
+            first[origin] = o
+    return tuple(pairs)
 
 
 @dataclass(frozen=True, eq=False)

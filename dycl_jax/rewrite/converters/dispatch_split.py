@@ -17,7 +17,7 @@ from collections import Counter
 from typing import Callable
 
 from dycl_jax.analysis.scopes import Access, access, function_locals, param_names
-from dycl_jax.rewrite.appends import appended, rebound
+from dycl_jax.rewrite.appends import appended, copied, rebound
 from dycl_jax.rewrite.converters.branches import liveness
 from dycl_jax.rewrite.converters.logical import _Logical, truth
 from dycl_jax.rewrite.regions import RegionSpec, StatementSpec
@@ -463,7 +463,7 @@ class _Splitter:
             fn_name = self.ctx.fresh("s")
             defs.append(locate(function(fn_name, ins, [*self._unbind(plain), s], outs), s))
             stmts.append(StatementSpec(fn_name, tuple(ins), tuple(outs), s.lineno, self.ctx.code(s.lineno),
-                                       appended(s)))
+                                       appended(s), tuple(sorted(rebound([s]) & set(outs))), copied(s)))
         elsewhere = {n for n, c in self.reads.items() if c > run_reads.get(n, 0)}
         # generated temps (tests, iterables, return values) are read by the host code after the region
         outs = sorted(n for n in defined if n in elsewhere or n in exposed or n in forced or n.startswith("_dycl_"))
