@@ -366,6 +366,75 @@ def test_equal_blocks_share_traces_and_others_do_not():
 
 
 
+class _Conv(nn.Module):
+    """A gated conv block; dilation, kernel size, the activation's slope and a Python flag its
+    forward reads set it apart from its look-alikes (the same code, the same torch calls)."""
+
+    def __init__(self, dilation: int = 1, slope: float = 0.1, flip: bool = False, kernel: int = 3) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(4, 4, kernel, padding=dilation * (kernel // 2), dilation=dilation)
+        self.slope = slope
+        self.flip = flip
+
+    def forward(self, x):
+        y = F.leaky_relu(self.conv(x), self.slope)
+        if self.flip:  # read while tracing: a Python decision, not a graph node
+            y = -y
+        return y
+
+
+class _LookAlike(nn.Module):
+    """Blocks 0 and 1 are equal; 2-5 each differ from block 0 in one thing only."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(5)
+        self.blocks = nn.ModuleList([_Conv(), _Conv(), _Conv(dilation=2), _Conv(slope=0.3), _Conv(flip=True),
+                                     _Conv(kernel=1)])
+        self.gate = nn.Linear(4, 6)
+
+    def forward(self, x):
+        flags = (self.gate(x.mean((2, 3))) > 0).float().unbind(1)
+        for t, block in enumerate(self.blocks):
+            f = flags[t]  # (`flags[t]` inside the branch would make each block read another operand)
+            if f.sum() > 0:
+                x = x + block(x) * f.view(-1, 1, 1, 1)
+        return x
+
+
+def test_look_alike_blocks_reuse_no_trace_but_their_twins():
+    from dycl_jax.rewrite import branch_memo
+
+    model = _LookAlike().eval()
+    args = (torch.randn(2, 4, 6, 6),)
+    reused: list[set] = []
+    real_reuse, real_known = staged._reuse, branch_memo.known
+
+    def watched(*a):
+        out = real_reuse(*a)
+        if out is not None:
+            reused.append({p for n in out.gm.graph.nodes for p, _ in (n.meta.get("nn_module_stack") or {}).values()})
+        return out
+
+    staged._reuse = watched
+    try:
+        jm = dycl_jax.to_jax(model, args, host="staged")
+        branch_memo.known = lambda kind: False  # every branch traced, for reference
+        plain = dycl_jax.to_jax(model, args, host="staged")
+    finally:
+        staged._reuse, branch_memo.known = real_reuse, real_known
+    # of the running branches, block 1's alone reuses a graph (block 0's), relabelled as its own
+    # module's (a skipped block's branch, which reads no module, is one graph for all)
+    running = [paths for paths in reused if paths]
+    assert len(running) == 1 and any(p.endswith("blocks.1.conv") for p in running[0]), reused
+    assert not any("blocks.0" in p for p in running[0]), reused
+    assert _capture_text(jm) == _capture_text(plain)
+    g = torch.Generator().manual_seed(4)
+    cases = [(torch.randn(2, 4, 6, 6, generator=g),) for _ in range(4)]
+    decided = _compare(model, jm, cases)
+    assert list(decided.values()) == [{True, False}], decided  # the one gate, both ways
+
+
 def test_placeholder_metadata_copied_as_torch_copies_it():
     import copy
     from types import SimpleNamespace
