@@ -10,7 +10,7 @@ batch size, one timed round processes the whole batch with
   and the model on the concatenated batch where that gives each sample its own answer;
 - vmap: `jax.jit(jax.vmap(jm.apply, in_axes=(None, 0)))` of the staged program, on the mixed
   batch; on a uniform batch (B copies of the batch's most common path: every cond agrees);
-  and with every per-sample cond running both branches (`lower/batching.always_both`);
+  and guarded (`lower/batching.guarded`: a branch runs only when some sample takes it);
 - staged loop: the staged program `jm(x)` called sample by sample (no select at all);
 - dispatch: the dispatch host, sample by sample (its decisions are Python's).
 
@@ -18,7 +18,7 @@ Before timing, the vmapped outputs are compared with torch's per sample (floats 
 1e-3, integers exactly), and the per-sample decisions of the vmapped traced program (a
 `DecisionLog` threaded through the same vmap rule: `jm.trace_batch`) with the rewritten torch
 program's, one sample at a time. `selects` counts the conds whose predicate is per-sample under vmap (each
-becomes two guarded branches and a select), `conds` those that stay conds.
+computes both branches for the batch and selects), `conds` those that stay conds.
 
 Settings: pinned to one core, one thread each side (XLA_FLAGS below, torch.set_num_threads(1)),
 JAX at its defaults (asynchronous CPU dispatch). Paired medians: a round runs every variant back
@@ -63,7 +63,7 @@ from _bench_models import disagreement, discover, to_jax_args  # noqa: E402
 from dycl_jax import to_jax  # noqa: E402
 from dycl_jax.command.bench import interleaved  # noqa: E402
 from dycl_jax.command.targets import extra_cases, load_target  # noqa: E402
-from dycl_jax.lower.batching import always_both, counting  # noqa: E402
+from dycl_jax.lower.batching import counting, guarded  # noqa: E402
 from dycl_jax.rewrite.api import run_torch_trace  # noqa: E402
 
 GOAL = 1.5  # torch eager (sample by sample) / vmapped staged program, at batch 32
@@ -81,7 +81,7 @@ class BatchRow:
     vmap_ms: float | None = None
     loop_ms: float | None = None  # the staged program sample by sample
     uniform_ms: float | None = None
-    both_ms: float | None = None
+    guarded_ms: float | None = None
     dispatch_ms: float | None = None
     compile_s: float | None = None
     max_abs_diff: float | None = None
@@ -179,9 +179,9 @@ def _bench_batch(row: BatchRow, model: Any, jm: Any, jmd: Any, state: Any, cases
     row.paths = len(paths)
     common = next(i for i, w in enumerate(want) if tuple(w) == paths.most_common(1)[0][0])
     uniform = jax.tree.map(lambda x: jnp.repeat(x[common:common + 1], len(cases), 0), batch)
-    with always_both():
-        both = vmapped(jm, len(batch))
-        jax.block_until_ready(both(state, *batch))
+    with guarded():
+        guard_fn = vmapped(jm, len(batch))
+        jax.block_until_ready(guard_fn(state, *batch))
     torch_batch, row.note = batch_semantics(model, cases, refs)
 
     def torch_loop() -> None:
@@ -192,9 +192,9 @@ def _bench_batch(row: BatchRow, model: Any, jm: Any, jmd: Any, state: Any, cases
         jax.block_until_ready(jm(*c))
     fns: list[Callable] = [torch_loop, lambda: jax.block_until_ready(fn(state, *batch)),
                            lambda: jax.block_until_ready(fn(state, *uniform)),
-                           lambda: jax.block_until_ready(both(state, *batch)),
+                           lambda: jax.block_until_ready(guard_fn(state, *batch)),
                            lambda: jax.block_until_ready([jm(*c) for c in jax_cases])]
-    names = ["torch_ms", "vmap_ms", "uniform_ms", "both_ms", "loop_ms"]
+    names = ["torch_ms", "vmap_ms", "uniform_ms", "guarded_ms", "loop_ms"]
     if torch_batch is not None:
         fns.append(lambda: model(*torch_batch))
         names.append("torch_batch_ms")
@@ -220,8 +220,8 @@ def render(rows: list[BatchRow], ns: argparse.Namespace, console: Console) -> No
     table = Table(title=f"DyNN throughput: ms per batch (medians of {ns.runs} paired rounds); "
                         f"goal torch/vmap >= {GOAL} at batch 32", title_justify="left")
     for name in ("model", "B", "paths", "selects", "conds", "torch ms", "torch batch ms", "vmap ms",
-                 "uniform ms", "both ms", "loop ms", "dispatch ms", "torch/vmap", "goal", "torch/loop",
-                 "torch/dispatch", "both/vmap", "vmap/uniform"):
+                 "uniform ms", "guarded ms", "loop ms", "dispatch ms", "torch/vmap", "goal", "torch/loop",
+                 "torch/dispatch", "guarded/vmap", "vmap/uniform"):
         table.add_column(name, justify="left" if name == "model" else "right", no_wrap=True)
     table.add_column("note", overflow="fold")
     errors = []
@@ -235,9 +235,9 @@ def render(rows: list[BatchRow], ns: argparse.Namespace, console: Console) -> No
         table.add_row(
             r.model, str(r.batch), str(r.paths or ""), str(r.selects), str(r.conds),
             *(_fmt(getattr(r, a), ".2f") for a in ("torch_ms", "torch_batch_ms", "vmap_ms", "uniform_ms",
-                                                   "both_ms", "loop_ms", "dispatch_ms")),
+                                                   "guarded_ms", "loop_ms", "dispatch_ms")),
             _fmt(ratio, ".2f"), goal, _fmt(r.ratio("loop_ms"), ".2f"), _fmt(r.ratio("dispatch_ms"), ".2f"),
-            _fmt(r.both_ms / r.vmap_ms if r.both_ms and r.vmap_ms else None, ".2f"),
+            _fmt(r.guarded_ms / r.vmap_ms if r.guarded_ms and r.vmap_ms else None, ".2f"),
             _fmt(r.vmap_ms / r.uniform_ms if r.vmap_ms and r.uniform_ms else None, ".2f"), note)
     console.print(table)
     for i, text in enumerate(errors, 1):
@@ -248,7 +248,7 @@ def render(rows: list[BatchRow], ns: argparse.Namespace, console: Console) -> No
         low = min(ratios) if ratios else None
         console.print(f"batch {b}: torch/vmap geometric mean {_fmt(gm, '.2f') or 'n/a'}, lowest "
                       f"{_fmt(low, '.2f') or 'n/a'} over {len(ratios)} models")
-    console.print("both: every per-sample cond computes both branches for the whole batch (no guard); "
+    console.print("guarded: a per-sample cond's branch runs only when some sample takes it; "
                   "uniform: B copies of the batch's most common path")
     console.print(f"CPU cores: {sorted(os.sched_getaffinity(0))}; XLA_FLAGS={os.environ['XLA_FLAGS']!r}; "
                   f"torch threads: {torch.get_num_threads()}; JAX CPU dispatch at its default (asynchronous)")

@@ -14,7 +14,7 @@ import torch
 from flax import nnx
 
 import converted  # tests/: the example conversions this process made already
-from dycl_jax.lower.batching import batchable_cond, counting
+from dycl_jax.lower.batching import batchable_cond, counting, guarded
 from dycl_jax.rewrite.api import run_torch_trace
 from examples.dynn import load
 
@@ -105,7 +105,7 @@ def test_vmap_decisions_match_torch_one_at_a_time() -> None:
     np.testing.assert_allclose(np.asarray(jax.tree.leaves(outs)[0][0]), first, rtol=1e-4, atol=1e-4)
 
 
-def test_batched_cond_runs_a_branch_only_when_a_sample_takes_it() -> None:
+def test_guarded_batched_cond_runs_a_branch_only_when_a_sample_takes_it() -> None:
     runs = {"true": 0, "false": 0}
 
     def branch(name: str, scale: float):
@@ -120,7 +120,7 @@ def test_batched_cond_runs_a_branch_only_when_a_sample_takes_it() -> None:
         return batchable_cond(x.sum() > 0, branch("true", 1.0), branch("false", -1.0), (x, w))
 
     xs = np.array([[1, 2, 3], [4, 5, 6]], np.float32)
-    with counting() as counts:
+    with guarded(), counting() as counts:
         fn = jax.jit(jax.vmap(f))
         out = jax.block_until_ready(fn(xs))  # every sample takes the true branch
     assert counts["select"] == 1

@@ -16,9 +16,10 @@ Branch = Callable[..., Any]
 # While set, the vmap rule counts the conds it batches (at trace time, one per site traced):
 # "select" where the predicate is per-sample, "cond" where it is one value for the batch.
 _COUNTS: contextvars.ContextVar[Counter | None] = contextvars.ContextVar("dycl_vmap_counts", default=None)
-# While set, a per-sample predicate runs both branches on every batch, as JAX's own rule does
-# (no guard): only for measuring what the guard saves.
-_ALWAYS_BOTH: contextvars.ContextVar[bool] = contextvars.ContextVar("dycl_vmap_always_both", default=False)
+# While set, each branch of a cond with a per-sample predicate runs inside a cond on `any` of
+# the samples taking it. Off by default: on the DyNN examples on XLA:CPU (scripts/bench_batch.py)
+# the two extra conds per site cost more than the branches they skip (they split fusion).
+_GUARDED: contextvars.ContextVar[bool] = contextvars.ContextVar("dycl_vmap_guarded", default=False)
 
 
 @contextlib.contextmanager
@@ -33,13 +34,13 @@ def counting() -> Iterator[Counter]:
 
 
 @contextlib.contextmanager
-def always_both() -> Iterator[None]:
-    """Trace vmapped conds with per-sample predicates without the guard: both branches always run."""
-    token = _ALWAYS_BOTH.set(True)
+def guarded() -> Iterator[None]:
+    """Trace vmapped conds with per-sample predicates guarded: a branch no sample takes is skipped."""
+    token = _GUARDED.set(True)
     try:
         yield
     finally:
-        _ALWAYS_BOTH.reset(token)
+        _GUARDED.reset(token)
 
 
 def _when(needed: jax.Array, fn: Branch, ops: tuple[Any, ...]) -> Any:
@@ -61,9 +62,8 @@ def batchable_cond(pred: jax.Array, true_fn: Branch, false_fn: Branch, operands:
     broadcasts *every* operand to the batch, the parameters included: a conv or matmul then runs
     with per-sample weights (a batched contraction, about 100x slower on CPU). This rule runs
     each branch under vmap with the operands batched as they arrive, so weights stay shared, and
-    selects per sample; each branch runs only when some sample of the batch takes it (a cond on
-    `any` of the predicate around it), so a batch that agrees computes one branch, and a deeper
-    exit stage runs only when a sample reaches it. With an unbatched predicate it stays a cond.
+    selects per sample (under `guarded()`, each branch only when some sample of the batch takes
+    it). With an unbatched predicate it stays a cond.
     Its gradient is the plain cond's (custom_vmap has no autodiff rule of its own); forward-mode
     AD (jvp) is not defined.
     """
@@ -87,10 +87,10 @@ def batchable_cond(pred: jax.Array, true_fn: Branch, false_fn: Branch, operands:
         else:
             run_true = jax.vmap(true_fn, in_axes=axes, axis_size=axis_size)
             run_false = jax.vmap(false_fn, in_axes=axes, axis_size=axis_size)
-            if _ALWAYS_BOTH.get():
-                taken, other = run_true(*ops), run_false(*ops)
-            else:
+            if _GUARDED.get():
                 taken, other = _when(jnp.any(p), run_true, ops), _when(~jnp.all(p), run_false, ops)
+            else:
+                taken, other = run_true(*ops), run_false(*ops)
             out = jax.tree.map(lambda t, f: jnp.where(p.reshape((-1,) + (1,) * (t.ndim - 1)), t, f), taken, other)
         return out, jax.tree.map(lambda _: True, out)
 
