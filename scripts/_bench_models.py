@@ -8,6 +8,8 @@ from typing import Any
 import torch
 import torch.utils._pytree as pytree
 
+from dycl_jax.report.parity import compare
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -72,3 +74,18 @@ def to_jax_args(args: tuple[Any, ...]) -> tuple[Any, ...]:
         return jnp.asarray(tensor_to_numpy(t, "input")) if isinstance(t, torch.Tensor) else t
 
     return pytree.tree_map(one, args)
+
+
+FLOAT_TOL = 1e-3  # largest absolute float difference from torch for which a speed is reported
+
+
+def disagreement(ref: Any, out: Any) -> str:
+    """Why `out` (JAX) is not torch's answer `ref`, or "": a speed is reported only for a model
+    that computes torch's answer (floats within FLOAT_TOL, integers and bools exactly)."""
+    c = compare(ref, out)
+    bad = list(c["problems"])
+    if c["match"] != c["total"]:
+        bad.append(f"{c['total'] - c['match']} of {c['total']} integer/bool elements differ")
+    if c["diff"] > FLOAT_TOL:
+        bad.append(f"float outputs differ by {c['diff']:.3g}")
+    return "; ".join(bad)

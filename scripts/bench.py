@@ -53,7 +53,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the examples import their package (examples.dynn) from the root
 
 from _bench_dispatch import HostWork, UnitCosts, host_work, unit_costs  # noqa: E402
-from _bench_models import Entry, discover, leading_dim, repeat_batch, to_jax_args  # noqa: E402
+from _bench_models import Entry, disagreement, discover, leading_dim, repeat_batch, to_jax_args  # noqa: E402
 
 from dycl_jax import JaxModel, to_jax  # noqa: E402
 from dycl_jax.command.bench import interleaved  # noqa: E402
@@ -96,21 +96,6 @@ def _first_call(jm: Any, jax_args: tuple) -> float:
     start = time.perf_counter()
     jax.block_until_ready(jm(*jax_args))
     return time.perf_counter() - start
-
-
-FLOAT_TOL = 1e-3  # largest absolute float difference from torch for which a speed is reported
-
-
-def disagreement(ref: Any, out: Any) -> str:
-    """Why `out` (JAX) is not torch's answer `ref`, or "": a speed is reported only for a model
-    that computes torch's answer (floats within FLOAT_TOL, integers and bools exactly)."""
-    c = compare(ref, out)
-    bad = list(c["problems"])
-    if c["match"] != c["total"]:
-        bad.append(f"{c['total'] - c['match']} of {c['total']} integer/bool elements differ")
-    if c["diff"] > FLOAT_TOL:
-        bad.append(f"float outputs differ by {c['diff']:.3g}")
-    return "; ".join(bad)
 
 
 def _timed_row(row: Row, model: Any, jm: Any, cases: list, ns: argparse.Namespace, warmup: int) -> Row:

@@ -84,6 +84,7 @@ class JaxModel:
         # (a distinct function object, so JAX's trace cache never hands back the plain program)
         traced = lambda state, tensors, *extra: fn(state, tensors, *extra)  # noqa: E731
         self._trace_call = jax.jit(traced) if jit else traced
+        self._batch_tracers: dict[tuple[int, int], Any] = {}  # trace_batch's programs, by (arguments, capacity)
 
     def __call__(self, *args: Any) -> Any:
         if self.x64:
@@ -139,6 +140,24 @@ class JaxModel:
         decisions = list(self._trace_log)
         self._trace_log.clear()
         return self._traced_outputs(outs), decisions
+
+    def trace_batch(self, *args: Any, capacity: int = 1024) -> tuple[Any, list[list[Decision]]]:
+        """`jax.vmap(apply, in_axes=(None, 0))` over a batch of samples (axis 0 of every argument,
+        each sample as the model takes it), with each sample's decisions: (outputs, one decision
+        list per sample). The program is the vmapped `apply` with the decisions logged in it,
+        compiled once per `capacity` and argument shapes; a sample making more than `capacity`
+        decisions is an error that names the fix."""
+        if self.host != "staged":
+            raise DyclError(f"trace_batch vmaps the staged program; this model runs on the {self.host} host",
+                            fix="call jm.trace on each sample")
+        from dycl_jax.runtime.batch_trace import batch_tracer, read_logs
+
+        key = (len(args), capacity)
+        if key not in self._batch_tracers:
+            self._batch_tracers[key] = batch_tracer(self, *key)
+        fn, log = self._batch_tracers[key]
+        outs, logged = fn(nnx.state(self.module), *args)
+        return outs, read_logs(log, logged)
 
     def _traced_outputs(self, outs: tuple[Any, ...]) -> Any:
         return self._finish(self.signature.unflatten(outs))

@@ -63,6 +63,11 @@ class TrainingJaxModel(JaxModel):
         updates = {self._paths[i]: v for i, v in zip(self._updated, new)}
         return self._unflatten(outs), with_values(state, updates)
 
+    def trace_batch(self, *args: Any, capacity: int = 1024) -> tuple[Any, list[list[Decision]]]:
+        """Not for a train=True model: its `apply` takes a key and returns updated statistics."""
+        raise CallError("trace_batch vmaps an inference program; this model was converted with train=True",
+                        fix="convert with train=False for batched decision traces, or call jm.trace per sample")
+
     def trace(self, *args: Any, key: Any = None) -> tuple[Any, list[Decision]]:  # type: ignore[override]
         """(outputs, decisions) as `JaxModel.trace`; the module's statistics are left as they are."""
         with int_scope(self.x64):

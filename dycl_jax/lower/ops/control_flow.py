@@ -96,7 +96,9 @@ def _active_log() -> DecisionLog | None:
 
 
 def _logged_cond(log: DecisionLog, p: Any, true_fn: Callable, false_fn: Callable, operands: tuple) -> Any:
-    """lax.cond with the decision log as an extra operand and result of both branches."""
+    """lax.cond with the decision log as an extra operand and result of both branches; under
+    `differentiable()` the batchable cond (`lower/batching.py`), so that a vmapped traced
+    program logs each sample's decisions through the same vmap rule as `apply`'s."""
     def threaded(fn: Callable) -> Callable:
         def run(args: tuple) -> tuple:
             log.log, ops = args
@@ -105,8 +107,17 @@ def _logged_cond(log: DecisionLog, p: Any, true_fn: Callable, false_fn: Callable
         return run
 
     before = log.log
+    n = len(before)
+
+    def flat(fn: Callable) -> Callable:  # batchable_cond takes and gives flat arrays
+        return lambda *a: (lambda r: (*r[0], *r[1]))(threaded(fn)((tuple(a[:n]), a[n:])))
+
     try:
-        log.log, outs = jax.lax.cond(p, threaded(true_fn), threaded(false_fn), (before, operands))
+        if _DIFFERENTIABLE.get():
+            res = batchable_cond(p, flat(true_fn), flat(false_fn), (*before, *operands))
+            log.log, outs = tuple(res[:n]), tuple(res[n:])
+        else:
+            log.log, outs = jax.lax.cond(p, threaded(true_fn), threaded(false_fn), (before, operands))
     except BaseException:
         log.log = before  # a branch's tracer must not outlive its trace
         raise
