@@ -11,7 +11,7 @@ from typing import Iterator
 
 import torch
 
-from dycl_jax.rewrite import branch_memo, lazy_state
+from dycl_jax.rewrite import lazy_state
 
 _ROOTS: list[torch.nn.Module] = []
 _SLOTS: dict[int, list[tuple[dict, str]]] = {}  # id(root) -> (container dict, key) per state tensor
@@ -39,12 +39,6 @@ def lifted(root: torch.nn.Module) -> Iterator[None]:
             _SLOTS.pop(id(root), None)
         if not _ROOTS:
             lazy_state.forget()  # the capture is over: its probes belong to its fake mode
-            branch_memo.forget()  # ... and so do the graphs kept for reuse
-
-
-def roots() -> list[torch.nn.Module]:
-    """The models whose state is lifted right now (module names are relative to them)."""
-    return list(_ROOTS)
 
 
 def current() -> tuple[list[tuple[dict, str]], list[int], list[torch.Tensor]]:

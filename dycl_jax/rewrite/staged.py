@@ -9,7 +9,6 @@ as inputs only the model state it reads (lazy_state.py).
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 from typing import Any, Callable
 
@@ -23,7 +22,7 @@ from torch.fx.experimental.proxy_tensor import disable_proxy_modes_tracing
 from torch.utils._mode_utils import no_dispatch
 
 from dycl_jax.errors import DyclError, raised_by_us
-from dycl_jax.rewrite import branch_memo, constants, lazy_state, lifting, names, padding, plan as plans, state_writes
+from dycl_jax.rewrite import constants, lazy_state, lifting, names, padding, plan as plans, state_writes
 from dycl_jax.rewrite.sites import Site
 
 
@@ -143,28 +142,14 @@ def trace(fn: Callable, operands: Operands) -> Traced:
     """
     n = operands.n_user
     side: dict[str, Any] = {}
-    kind = (getattr(fn, "__code__", None), branch_memo.outer_frames(1))
-    if kind[0] is not None and branch_memo.known(kind):
-        reused = _reuse(fn, operands, kind)
-        if reused is not None:
-            return reused
 
     def raw(*ops: torch.Tensor) -> list[torch.Tensor]:
-        rec = None
         if len(ops) == n:  # the state stands in as probes
             side["probes"] = lazy_state.probes(operands.tensors[n:])
-            rec = branch_memo.Recorder(ops, side["probes"], Operands.call.__code__, light=False)
             ops = (*ops, *side["probes"])
-        with rec or contextlib.nullcontext():
-            flat, spec = plans.flatten(tuple(operands.call(fn, ops)))
+        flat, spec = plans.flatten(tuple(operands.call(fn, ops)))
         writes = operands.writes
         side["flat"], side["spec"], side["writes"] = flat, spec, sorted(writes)
-        side["rec"] = rec if rec is not None and rec.ok and not writes else None
-        if side["rec"] is not None:
-            try:
-                side["key"] = rec.finish(flat)
-            except branch_memo.Unrecordable:
-                side["rec"] = None
         return [v for v in flat if isinstance(v, torch.Tensor)] + [writes[s] for s in sorted(writes)]
 
     try:
@@ -179,38 +164,7 @@ def trace(fn: Callable, operands: Operands) -> Traced:
         gm = materialize_as_graph(raw, tuple(operands.tensors))
         inputs = list(range(len(operands.tensors)))
     _inline_scalar_constants(gm)
-    rec = side.get("rec")
-    if kind[0] is not None and rec is not None and branch_memo.shareable(gm):
-        branch_memo.remember(kind, side["key"], branch_memo.Entry(gm, inputs, n, rec.seen_state, rec.modules))
     return Traced(gm, side["flat"], side["spec"], inputs, side["writes"])
-
-
-def _reuse(fn: Callable, operands: Operands, kind: tuple) -> Traced | None:
-    """The graph of an earlier branch whose recorded torch calls equal this one's (branch_memo.py),
-    with this branch's state and output values; None where there is none (or it cannot tell)."""
-    n = operands.n_user
-    user = tuple(operands.tensors[:n])
-    with disable_proxy_modes_tracing():
-        probes = lazy_state.probes(operands.tensors[n:])
-        rec = branch_memo.Recorder(user, probes, Operands.call.__code__, light=True)
-        try:
-            with rec:
-                flat, spec = plans.flatten(tuple(operands.call(fn, (*user, *probes))))
-            key = rec.finish(flat)
-        except branch_memo.Unrecordable:
-            return None
-        except Exception as exc:
-            if raised_by_us(exc):
-                raise
-            return None  # the user's code failing: traced as torch does, which reports it
-    entry = branch_memo.lookup(kind, key)
-    if entry is None or operands.writes:
-        return None
-    try:
-        gm, inputs = branch_memo.reuse(entry, rec, lifting.roots())
-    except branch_memo.Unrecordable:
-        return None
-    return Traced(gm, flat, spec, inputs, [])
 
 
 def _inline_scalar_constants(gm: torch.fx.GraphModule) -> None:
@@ -242,7 +196,6 @@ def _inline_scalar_constants(gm: torch.fx.GraphModule) -> None:
 def choice(site: Site, preds: list[torch.Tensor], indices: list[int], fns: list[Callable], inputs: tuple,
            placeholders: str) -> tuple[plans.Plan, list[torch.Tensor]]:
     """torch.cond (two paths) or a chain of torch.cond on a branch index (elif chains)."""
-    branch_memo.nested()
     ops = Operands(inputs)
     traced = [trace(fn, ops) for fn in fns]
     values = [t.values for t in traced]
@@ -294,7 +247,6 @@ def choice(site: Site, preds: list[torch.Tensor], indices: list[int], fns: list[
 def loop(site: Site, test_fn: Callable, body_fn: Callable, carry: tuple, invariants: tuple,
          as_pred: Callable[[Any], torch.Tensor]) -> tuple[plans.Plan, list[torch.Tensor]]:
     """torch.while_loop; the carry plan is found by tracing the body until it settles."""
-    branch_memo.nested()
     plan: plans.Plan | None = None
     outs: list[Any] = []
     current = carry
