@@ -121,13 +121,20 @@ def test_a_list_under_two_names_stays_one_list(host, model) -> None:
         assert_same(want, jm(x), f"{type(model).__name__} input {k}")
 
 
-class HostBranchEdits(nn.Module):
-    """An `.item()` branch on the host: one arm assigns an element, the other extends; the
-    alias made in the same region as the list is what is returned."""
+class _OneLinear(nn.Module):
+    """One Linear, and which path torch takes on an input (`taken`)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.fc = nn.Linear(6, 6)
+
+    def taken(self, x) -> bool:
+        return bool(self.fc(x).sum() > 0)
+
+
+class HostBranchEdits(_OneLinear):
+    """An `.item()` branch on the host: one arm assigns an element, the other extends; the
+    alias made in the same region as the list is what is returned."""
 
     def forward(self, x):
         outs = [x, x * 2]
@@ -140,12 +147,8 @@ class HostBranchEdits(nn.Module):
         return torch.stack(saved).sum(0), len(saved)
 
 
-class RegionSubscript(nn.Module):
+class RegionSubscript(_OneLinear):
     """`saved = outs` then `outs[k] = h` with `k` an int from `.item()`, all straight-line code."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.fc = nn.Linear(6, 6)
 
     def forward(self, x):
         outs = [x, x * 2]
@@ -156,12 +159,11 @@ class RegionSubscript(nn.Module):
         return torch.stack(saved).sum(0)
 
 
-class AliasAppendedOnHost(nn.Module):
+class AliasAppendedOnHost(_OneLinear):
     """`also = outs` (a chained alias), appended through `outs` in an `.item()` branch."""
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.fc = nn.Linear(6, 6)
+    def taken(self, x) -> bool:
+        return bool(self.fc(x).mean() > 0)
 
     def forward(self, x):
         outs = [x]
@@ -186,7 +188,6 @@ def test_a_list_aliased_inside_a_region_stays_one_list(model) -> None:
     for k, x in enumerate(xs):
         with torch.no_grad():
             want = model(x)
-            taken.add(bool(model.fc(x).sum() > 0) if not isinstance(model, AliasAppendedOnHost)
-                      else bool(model.fc(x).mean() > 0))
+            taken.add(model.taken(x))
         assert_same(want, jm(x), f"{type(model).__name__} input {k}")
     assert taken == {True, False}, "both paths must be taken"
