@@ -69,18 +69,20 @@ def kept_in_place(vals: tuple, outs: tuple, pairs: Sequence[tuple[int, int]]) ->
     so every other name holding it sees the change, as in Python (`saved = xs; xs.append(v)`)."""
     got = list(outs)
     for i, o in pairs:
-        old, new = vals[i], got[o]
-        if new is old or type(new) is not type(old):
-            continue
-        if type(old) is list:
-            old[:] = new
-        elif type(old) is dict:
-            old.clear()
-            old.update(new)
-        else:
-            continue
-        got[o] = old
+        got[o] = _written_into(vals[i], got[o])
     return tuple(got)
+
+
+def _written_into(old: Any, new: Any) -> Any:
+    """`old` holding `new`'s contents where both are lists (or both dicts); else `new`."""
+    if new is old or type(new) is not type(old) or type(old) not in (list, dict):
+        return new
+    if type(old) is list:
+        old[:] = new
+    else:
+        old.clear()
+        old.update(new)
+    return old
 
 
 def kept_identity(vals: tuple, outs: tuple, pairs: Sequence[tuple[int, bool, int]]) -> tuple:
@@ -91,7 +93,7 @@ def kept_identity(vals: tuple, outs: tuple, pairs: Sequence[tuple[int, bool, int
     for o, from_input, i in pairs:
         new = got[o]
         if from_input:
-            got[o] = kept_in_place(vals, tuple(got), [(i, o)])[o]
+            got[o] = _written_into(vals[i], new)
         elif type(new) in (list, dict) and type(got[i]) is type(new):
             got[o] = got[i]
     return tuple(got)
