@@ -65,3 +65,27 @@ def _start_rank(item: pytest.Item) -> int:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     # a stable sort: within a file tests keep their order, so module fixtures are set up once
     items.sort(key=_start_rank)
+
+
+# Opt-in CPU accounting: DYCL_TEST_CPU_LOG=path appends one "nodeid<TAB>cpu_s" line per test
+# (setup + call + teardown, this process plus finished subprocesses). CPU, not wall, because
+# the two workers share two cores with whatever else runs there.
+_CPU_LOG = os.environ.get("DYCL_TEST_CPU_LOG")
+
+
+def _cpu_now() -> float:
+    import resource
+    import time
+
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + children.ru_utime + children.ru_stime
+
+
+if _CPU_LOG:
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+        start = _cpu_now()
+        yield
+        with open(_CPU_LOG, "a") as log:
+            log.write(f"{item.nodeid}\t{_cpu_now() - start:.2f}\n")
