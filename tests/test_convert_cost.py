@@ -2,6 +2,7 @@
 program still equals torch on every path (BlockDrop's ResNet-110 code, nested branches, a loop)."""
 from __future__ import annotations
 
+import functools
 from collections import defaultdict
 from typing import Any
 
@@ -385,3 +386,33 @@ def test_placeholder_metadata_copied_as_torch_copies_it():
         metas.append({n.name: dict(n.meta) for n in copied.graph.nodes})
     assert metas[0] == metas[1]
     assert {n: m.get("marker") for n, m in metas[1].items() if m} == {"w": "lin.weight", "b": "lin.bias", "s": "shift"}
+
+
+def test_decomposition_table_is_built_once_and_follows_new_custom_ops():
+    """Every capture decomposes with one table, built once rather than per capture, still the
+    default one (less detach and linspace, plus the unchecked linalg ops), a copy each time, and
+    rebuilt when an operator is registered (a custom op's own decomposition is in it)."""
+    from dycl_jax.capture import export
+    from dycl_jax.capture.checked_linalg import UNCHECKED
+
+    want = dict(torch.export.default_decompositions())
+    for op in (torch.ops.aten.detach.default, torch.ops.aten.linspace.default):
+        want.pop(op)
+    want.update(UNCHECKED)
+
+    def same(table: dict) -> bool:  # torch makes a new partial per CIA op and table: compare what it calls
+        def what(f):
+            return (f.func.__qualname__, f.args, f.keywords) if isinstance(f, functools.partial) else f
+        return table.keys() == want.keys() and all(what(table[k]) == what(want[k]) for k in want)
+
+    first = export._core_aten_table()
+    assert same(first)
+    first.clear()  # run_decompositions deletes entries from the table it is given
+    assert same(export._core_aten_table())
+    hits = export._core_aten_table_for.cache_info().hits
+    export._core_aten_table()
+    assert export._core_aten_table_for.cache_info().hits == hits + 1
+    lib = torch.library.Library("dycl_decomp_test", "DEF")
+    lib.define("twice(Tensor x) -> Tensor")
+    lib.impl("twice", lambda x: x * 2, "CompositeImplicitAutograd")
+    assert torch.ops.dycl_decomp_test.twice.default in export._core_aten_table()

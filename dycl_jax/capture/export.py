@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 import io
 import logging
@@ -118,7 +119,11 @@ def _dynamic_shapes(tensors: list[torch.Tensor], dynamic_batch: bool) -> tuple[A
     return (specs,)
 
 
-def _core_aten_table() -> dict:
+@functools.lru_cache(maxsize=1)
+def _core_aten_table_for(operators: frozenset[str]) -> dict:
+    # torch builds the default table lazily and materialises it on every run_decompositions
+    # (~30 ms, every region capture): built once per set of registered operators, since the
+    # table holds the decompositions of custom ops registered so far
     # `detach` must reach the lowering (lax.stop_gradient): the default table turns it into
     # `alias`, which would make a straight-through estimator's gradient zero under jax.grad
     table = torch.export.default_decompositions()
@@ -128,7 +133,12 @@ def _core_aten_table() -> dict:
     # instead of 4, 3, 3
     table.pop(torch.ops.aten.linspace.default, None)
     table.update(UNCHECKED)  # no effect tokens for torch's linalg error checks (checked_linalg.py)
-    return table
+    return dict(table)
+
+
+def _core_aten_table() -> dict:
+    """The decomposition table of every capture: a copy, as run_decompositions may change it."""
+    return dict(_core_aten_table_for(frozenset(torch._C._dispatch_get_all_op_names())))
 
 
 def _detach_no_grad_outputs(ep: ExportedProgram) -> None:
