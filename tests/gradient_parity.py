@@ -31,6 +31,21 @@ def one_per_path(mod, model, inputs: list[tuple], labels: list[tuple] | None = N
     return chosen
 
 
+def fewest_covering(mod, model, inputs: list[tuple]) -> list[tuple]:
+    """A few of `inputs` that together take every label of `mod.PATHS` (greedily, the input that
+    takes the most labels not yet taken, the earliest of equals), in their order in `inputs`: on
+    the dispatch host each input of new sizes costs captures and compiles, so every path is
+    checked at the fewest signatures. Fails where `inputs` miss a path."""
+    labels = [set(mod.path_of(model, args)) for args in inputs]
+    todo, picked = set(mod.PATHS), []
+    while todo:
+        k = max(range(len(inputs)), key=lambda i: (len(labels[i] & todo), -i))
+        assert labels[k] & todo, f"no input takes {sorted(todo)}"
+        picked.append(k)
+        todo -= labels[k]
+    return [inputs[k] for k in sorted(picked)]
+
+
 def assert_gradients_match(model: torch.nn.Module, jm, cases: list[tuple], what: str) -> None:
     """d(sum of the float outputs)/d(parameters) by `jax.grad(jm.apply)` (jitted once, through
     lax.cond and bounded fori_loops) equals torch autograd within 1e-4 (relative to the

@@ -15,11 +15,13 @@ from dycl_jax.rewrite.api import run_dispatch_trace
 from examples.dynn import DISPATCH_MODELS, MODELS, load
 import converted  # tests/: the example conversions this process made already
 from differential import assert_same  # pytest puts tests/ on sys.path
+from gradient_parity import fewest_covering
 
 N_INPUTS = 50
-# every input of these makes new region signatures (a capture and two compiles each): the first
-# input of each path among the N_INPUTS, rather than all of them (captioning_teacher: 7 of 50;
-# moe: one per empty expert and one with every expert used, each routing its own token counts)
+# every input of these makes new region signatures (a capture and two compiles each): the fewest
+# of the N_INPUTS that take every path, rather than all of them (captioning_teacher: one per
+# decode length, 7 of 50; moe: 3 of 50, each routing its own token counts, that leave every
+# expert empty once and use all experts once)
 ONE_PER_PATH = {"captioning_teacher", "moe"}
 
 
@@ -29,10 +31,7 @@ def _inputs(name: str) -> list[tuple]:
     if name not in ONE_PER_PATH:
         return mod.inputs(N_INPUTS)
     model, _ = mod.example()
-    chosen: dict = {}
-    for args in mod.inputs(N_INPUTS):
-        chosen.setdefault(mod.path_of(model, args), args)
-    return list(chosen.values())
+    return fewest_covering(mod, model, mod.inputs(N_INPUTS))
 
 
 @lru_cache(maxsize=None)
