@@ -9,16 +9,20 @@ batch size, one timed round processes the whole batch with
 - torch: the original model run sample by sample (its per-sample decisions are the reference),
   and the model on the concatenated batch where that gives each sample its own answer;
 - vmap: `jax.jit(jax.vmap(jm.apply, in_axes=(None, 0)))` of the staged program, on the mixed
-  batch; on a uniform batch (B copies of the batch's most common path: every cond agrees);
-  and guarded (`lower/batching.guarded`: a branch runs only when some sample takes it);
+  batch, with the default batching rule (`lower/batching.py`: a per-sample cond with heavy
+  branches loops over the samples, a light one selects); on a uniform batch (B copies of the
+  batch's most common path: every cond agrees); and with each rule forced: select (both
+  branches, then a select), guarded (a select whose branch runs only when some sample takes
+  it) and mapped (a loop over the samples, each through a real cond);
 - staged loop: the staged program `jm(x)` called sample by sample (no select at all);
 - dispatch: the dispatch host, sample by sample (its decisions are Python's).
 
 Before timing, the vmapped outputs are compared with torch's per sample (floats within
 1e-3, integers exactly), and the per-sample decisions of the vmapped traced program (a
 `DecisionLog` threaded through the same vmap rule: `jm.trace_batch`) with the rewritten torch
-program's, one sample at a time. `selects` counts the conds whose predicate is per-sample under vmap (each
-computes both branches for the batch and selects), `conds` those that stay conds.
+program's, one sample at a time. Of the conds whose predicate is per-sample under vmap, `selects`
+counts those that compute both branches for the batch and select, `loops` those that loop over
+the samples; `conds` counts those that stay conds.
 
 Settings: pinned to one core, one thread each side (XLA_FLAGS below, torch.set_num_threads(1)),
 JAX at its defaults (asynchronous CPU dispatch). Paired medians: a round runs every variant back
@@ -36,6 +40,7 @@ _XLA_FLAGS = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
 os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {_XLA_FLAGS}".strip()
 
 import argparse  # noqa: E402
+import contextlib  # noqa: E402
 import json  # noqa: E402
 import math  # noqa: E402
 import time  # noqa: E402
@@ -63,7 +68,7 @@ from _bench_models import disagreement, discover, to_jax_args  # noqa: E402
 from dycl_jax import to_jax  # noqa: E402
 from dycl_jax.command.bench import interleaved  # noqa: E402
 from dycl_jax.command.targets import extra_cases, load_target  # noqa: E402
-from dycl_jax.lower.batching import counting, guarded  # noqa: E402
+from dycl_jax.lower.batching import counting, guarded, mapped, selected  # noqa: E402
 from dycl_jax.rewrite.api import run_torch_trace  # noqa: E402
 
 GOAL = 1.5  # torch eager (sample by sample) / vmapped staged program, at batch 32
@@ -75,6 +80,7 @@ class BatchRow:
     batch: int
     paths: int = 0  # distinct decision sequences in the batch
     selects: int = 0
+    loops: int = 0
     conds: int = 0
     torch_ms: float | None = None  # sample by sample
     torch_batch_ms: float | None = None  # the model on the whole batch, where that is per-sample
@@ -82,6 +88,8 @@ class BatchRow:
     loop_ms: float | None = None  # the staged program sample by sample
     uniform_ms: float | None = None
     guarded_ms: float | None = None
+    select_ms: float | None = None  # every per-sample cond a select over both branches
+    mapped_ms: float | None = None  # every per-sample cond a loop over the samples (lax.map)
     dispatch_ms: float | None = None
     compile_s: float | None = None
     max_abs_diff: float | None = None
@@ -162,7 +170,7 @@ def _bench_batch(row: BatchRow, model: Any, jm: Any, jmd: Any, state: Any, cases
     with counting() as counts:
         out = jax.block_until_ready(fn(state, *batch))
     row.compile_s = time.perf_counter() - start
-    row.selects, row.conds = counts["select"], counts["cond"]
+    row.selects, row.loops, row.conds = counts["select"], counts["loop"], counts["cond"]
     outs = [sample(out, i) for i in range(len(cases))]
     wrong = [(i, d) for i, d in enumerate(disagreement(r, o) for r, o in zip(refs, outs)) if d]
     if wrong:
@@ -179,9 +187,16 @@ def _bench_batch(row: BatchRow, model: Any, jm: Any, jmd: Any, state: Any, cases
     row.paths = len(paths)
     common = next(i for i, w in enumerate(want) if tuple(w) == paths.most_common(1)[0][0])
     uniform = jax.tree.map(lambda x: jnp.repeat(x[common:common + 1], len(cases), 0), batch)
-    with guarded():
-        guard_fn = vmapped(jm, len(batch))
-        jax.block_until_ready(guard_fn(state, *batch))
+    variants = {}
+    for name, mode in (("guarded", lambda: _both(selected(), guarded())), ("select", selected), ("mapped", mapped)):
+        with mode():
+            variants[name] = vmapped(jm, len(batch))
+            got_v = jax.block_until_ready(variants[name](state, *batch))
+        bad_v = [i for i in range(len(cases)) if disagreement(refs[i], sample(got_v, i))]
+        if bad_v:
+            row.error = f"not timed: {name} sample {bad_v[0]} (of {len(bad_v)} wrong) differs from torch"
+            return
+    guard_fn, select_fn, map_fn = variants["guarded"], variants["select"], variants["mapped"]
     torch_batch, row.note = batch_semantics(model, cases, refs)
 
     def torch_loop() -> None:
@@ -193,8 +208,10 @@ def _bench_batch(row: BatchRow, model: Any, jm: Any, jmd: Any, state: Any, cases
     fns: list[Callable] = [torch_loop, lambda: jax.block_until_ready(fn(state, *batch)),
                            lambda: jax.block_until_ready(fn(state, *uniform)),
                            lambda: jax.block_until_ready(guard_fn(state, *batch)),
+                           lambda: jax.block_until_ready(select_fn(state, *batch)),
+                           lambda: jax.block_until_ready(map_fn(state, *batch)),
                            lambda: jax.block_until_ready([jm(*c) for c in jax_cases])]
-    names = ["torch_ms", "vmap_ms", "uniform_ms", "guarded_ms", "loop_ms"]
+    names = ["torch_ms", "vmap_ms", "uniform_ms", "guarded_ms", "select_ms", "mapped_ms", "loop_ms"]
     if torch_batch is not None:
         fns.append(lambda: model(*torch_batch))
         names.append("torch_batch_ms")
@@ -212,6 +229,12 @@ def _bench_batch(row: BatchRow, model: Any, jm: Any, jmd: Any, state: Any, cases
         setattr(row, attr, m * 1e3)
 
 
+@contextlib.contextmanager
+def _both(a: Any, b: Any) -> Any:
+    with a, b:
+        yield
+
+
 def _fmt(v: float | None, spec: str) -> str:
     return "" if v is None else format(v, spec)
 
@@ -219,9 +242,9 @@ def _fmt(v: float | None, spec: str) -> str:
 def render(rows: list[BatchRow], ns: argparse.Namespace, console: Console) -> None:
     table = Table(title=f"DyNN throughput: ms per batch (medians of {ns.runs} paired rounds); "
                         f"goal torch/vmap >= {GOAL} at batch 32", title_justify="left")
-    for name in ("model", "B", "paths", "selects", "conds", "torch ms", "torch batch ms", "vmap ms",
-                 "uniform ms", "guarded ms", "loop ms", "dispatch ms", "torch/vmap", "goal", "torch/loop",
-                 "torch/dispatch", "guarded/vmap", "vmap/uniform"):
+    for name in ("model", "B", "paths", "selects", "loops", "conds", "torch ms", "torch batch ms", "vmap ms",
+                 "uniform ms", "select ms", "guarded ms", "mapped ms", "loop ms", "dispatch ms", "torch/vmap", "goal",
+                 "torch/select", "torch/mapped", "torch/loop", "torch/dispatch", "vmap/uniform"):
         table.add_column(name, justify="left" if name == "model" else "right", no_wrap=True)
     table.add_column("note", overflow="fold")
     errors = []
@@ -233,11 +256,11 @@ def render(rows: list[BatchRow], ns: argparse.Namespace, console: Console) -> No
             errors.append(f"{r.model} B={r.batch}: {r.error}")
             note = f"error {len(errors)} (below)"
         table.add_row(
-            r.model, str(r.batch), str(r.paths or ""), str(r.selects), str(r.conds),
+            r.model, str(r.batch), str(r.paths or ""), str(r.selects), str(r.loops), str(r.conds),
             *(_fmt(getattr(r, a), ".2f") for a in ("torch_ms", "torch_batch_ms", "vmap_ms", "uniform_ms",
-                                                   "guarded_ms", "loop_ms", "dispatch_ms")),
-            _fmt(ratio, ".2f"), goal, _fmt(r.ratio("loop_ms"), ".2f"), _fmt(r.ratio("dispatch_ms"), ".2f"),
-            _fmt(r.guarded_ms / r.vmap_ms if r.guarded_ms and r.vmap_ms else None, ".2f"),
+                                                   "select_ms", "guarded_ms", "mapped_ms", "loop_ms", "dispatch_ms")),
+            _fmt(ratio, ".2f"), goal, _fmt(r.ratio("select_ms"), ".2f"), _fmt(r.ratio("mapped_ms"), ".2f"),
+            _fmt(r.ratio("loop_ms"), ".2f"), _fmt(r.ratio("dispatch_ms"), ".2f"),
             _fmt(r.vmap_ms / r.uniform_ms if r.vmap_ms and r.uniform_ms else None, ".2f"), note)
     console.print(table)
     for i, text in enumerate(errors, 1):
@@ -248,8 +271,11 @@ def render(rows: list[BatchRow], ns: argparse.Namespace, console: Console) -> No
         low = min(ratios) if ratios else None
         console.print(f"batch {b}: torch/vmap geometric mean {_fmt(gm, '.2f') or 'n/a'}, lowest "
                       f"{_fmt(low, '.2f') or 'n/a'} over {len(ratios)} models")
-    console.print("guarded: a per-sample cond's branch runs only when some sample takes it; "
-                  "uniform: B copies of the batch's most common path")
+    console.print("vmap: the default rule (lower/batching.py: a per-sample cond whose branches hold at least "
+                  "MAP_FLOPS flops per sample loops over the samples, others select); select: every per-sample "
+                  "cond a select over both branches; guarded: a select whose branch runs only when some sample "
+                  "takes it; mapped: every per-sample cond a loop over the samples; uniform: B copies of the "
+                  "batch's most common path; loop: the staged program called sample by sample")
     console.print(f"CPU cores: {sorted(os.sched_getaffinity(0))}; XLA_FLAGS={os.environ['XLA_FLAGS']!r}; "
                   f"torch threads: {torch.get_num_threads()}; JAX CPU dispatch at its default (asynchronous)")
 

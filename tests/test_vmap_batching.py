@@ -14,7 +14,7 @@ import torch
 from flax import nnx
 
 import converted  # tests/: the example conversions this process made already
-from dycl_jax.lower.batching import batchable_cond, counting, guarded
+from dycl_jax.lower.batching import batchable_cond, counting, guarded, mapped
 from dycl_jax.rewrite.api import run_torch_trace
 from examples.dynn import load
 
@@ -105,20 +105,21 @@ def test_vmap_decisions_match_torch_one_at_a_time() -> None:
     np.testing.assert_allclose(np.asarray(jax.tree.leaves(outs)[0][0]), first, rtol=1e-4, atol=1e-4)
 
 
-def test_guarded_batched_cond_runs_a_branch_only_when_a_sample_takes_it() -> None:
-    runs = {"true": 0, "false": 0}
-
+def _counted_cond(runs: dict[str, int], w: np.ndarray):
+    """x -> batchable_cond(sum(x) > 0, x @ w, -(x @ w)), each branch counting its runs into `runs`."""
     def branch(name: str, scale: float):
         def fn(x, w):
             jax.debug.callback(lambda: runs.__setitem__(name, runs[name] + 1))
             return (x @ w * scale,)
         return fn
 
+    return lambda x: batchable_cond(x.sum() > 0, branch("true", 1.0), branch("false", -1.0), (x, w))
+
+
+def test_guarded_batched_cond_runs_a_branch_only_when_a_sample_takes_it() -> None:
+    runs = {"true": 0, "false": 0}
     w = np.ones((3, 3), np.float32)
-
-    def f(x):
-        return batchable_cond(x.sum() > 0, branch("true", 1.0), branch("false", -1.0), (x, w))
-
+    f = _counted_cond(runs, w)
     xs = np.array([[1, 2, 3], [4, 5, 6]], np.float32)
     with guarded(), counting() as counts:
         fn = jax.jit(jax.vmap(f))
@@ -130,3 +131,38 @@ def test_guarded_batched_cond_runs_a_branch_only_when_a_sample_takes_it() -> Non
     out = jax.block_until_ready(fn(mixed))
     np.testing.assert_allclose(out[0], np.stack([mixed[0] @ w, -(mixed[1] @ w)]))
     assert runs == {"true": 2, "false": 1}
+
+
+def test_mapped_batched_cond_runs_each_sample_through_its_own_branch() -> None:
+    runs = {"true": 0, "false": 0}
+    w = np.arange(9, dtype=np.float32).reshape(3, 3)
+    f = _counted_cond(runs, w)
+    xs = np.array([[1, 2, 3], [-4, -5, -6], [7, 8, 9]], np.float32)
+    with mapped(), counting() as counts:
+        out = jax.block_until_ready(jax.jit(jax.vmap(f))(xs))
+    assert counts["loop"] == 1 and counts["select"] == 0
+    # a loop over the samples, each a real cond: the true branch runs for two samples, the false for one
+    assert runs == {"true": 2, "false": 1}
+    np.testing.assert_allclose(out[0], np.stack([xs[0] @ w, -(xs[1] @ w), xs[2] @ w]))
+
+
+def test_default_rule_loops_over_heavy_branches_and_selects_light_ones() -> None:
+    kernel = np.ones((32, 3, 3, 3), np.float32)  # 2 * 16*16*32 * 27 = 4.4e5 flops per sample
+    small = np.ones((3, 3), np.float32)
+
+    def conv(x, k):
+        return (jax.lax.conv_general_dilated(x[None], k, (1, 1), "SAME")[0].sum(axis=(1, 2))[:3],)
+
+    def heavy(x):
+        return batchable_cond(x.sum() > 0, conv, lambda x, k: (x.sum(axis=(1, 2)),), (x, kernel))
+
+    def light(v):
+        return batchable_cond(v.sum() > 0, lambda v, w: (v @ w,), lambda v, w: (-v,), (v, small))
+
+    xs = np.random.default_rng(0).normal(size=(4, 3, 16, 16)).astype(np.float32)
+    with counting() as counts:
+        jax.make_jaxpr(jax.vmap(heavy))(xs)
+    assert (counts["loop"], counts["select"]) == (1, 0)
+    with counting() as counts:
+        jax.make_jaxpr(jax.vmap(light))(xs[:, 0, 0, :3])
+    assert (counts["loop"], counts["select"]) == (0, 1)
