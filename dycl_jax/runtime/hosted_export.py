@@ -35,12 +35,11 @@ from dycl_jax.runtime import hosted_ints as ints
 from dycl_jax.runtime import hosted_lists as lists
 from dycl_jax.runtime import hosted_symbolic as symbolic
 from dycl_jax.runtime.artifact import _export, _keyed
-from dycl_jax.runtime.loaded import MANIFEST, PARAMS, save_params
+from dycl_jax.runtime.loaded import HOSTED_FORMAT, MANIFEST, PARAMS, save_params
 
 if TYPE_CHECKING:
     from dycl_jax.runtime.model import JaxModel
 
-HOSTED_FORMAT = "dycl_jax.hosted/1"
 HOST_MODULE, CONSTANTS = "host.py", "constants.safetensors"
 _ITEM_OPS = {"_local_scalar_dense.default"}  # what `.item()` / `.tolist()` run on the host
 
