@@ -226,7 +226,7 @@ def test_dispatch_round_trip_matches_torch_and_jm_trace(artifacts, name) -> None
     cases, manifests, results, root = artifacts(name)
     assert results["torch loaded"] == []  # the loaded host programs and regions imported no torch
     model, jm, inputs = cases[name]
-    assert jm.host == "dispatch" and manifests[name]["format"] == "dycl_jax.hosted/1"
+    assert jm.host == "dispatch" and manifests[name]["format"] == "dycl_jax.hosted/2"
     n_run = len(inputs) - len(held_out(name))
     for k, (args, run) in enumerate(zip(inputs, results[name])):
         assert run[0] == "ok", run

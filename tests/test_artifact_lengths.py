@@ -3,6 +3,7 @@
 export, where torch cannot be imported."""
 from __future__ import annotations
 
+import ast
 import warnings
 
 import numpy as np
@@ -17,11 +18,24 @@ import torch_free  # tests/: a subprocess where torch cannot be imported
 
 # each job: load the artifact and run its inputs with `import torch` failing
 RUNNER = """
+import importlib.util
 import numpy as np
 import dycl_jax
+def emitted(path):  # the emitted Flax module of a dispatch model (jm.emit), errors kept per input
+    spec = importlib.util.spec_from_file_location("emitted_model", path + "/model.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    model = module.load()
+    def call(*a):
+        try:
+            return model(*a)
+        except ValueError as err:
+            return ("ValueError", str(err))
+    return call
 for name, (path, inputs) in jobs.items():
-    model = dycl_jax.load(path)
-    out[name] = [tuple(np.asarray(v) for v in (r if isinstance(r, tuple) else (r,))) for r in map(lambda a: model(*a), inputs)]
+    model = emitted(path) if name.endswith(" emitted") else dycl_jax.load(path)
+    out[name] = [r if isinstance(r[0], str) else tuple(np.asarray(v) for v in (r if isinstance(r, tuple) else (r,)))
+                 for r in map(lambda a: model(*a), inputs)]
 """
 
 
@@ -94,8 +108,11 @@ def lengths(tmp_path_factory):
                 manifest = jm.export(str(root / name))
             warned = [str(w.message) for w in caught if w.category is ExportCoverageWarning]
             cases[name] = (model, by_length, ran, manifest, warned)
+            if name == "positions":  # its emitted module too, from the signatures the host ran
+                jm.emit(str(root / "positions emitted"))
     jobs = {name: (str(root / name), [tuple(a.numpy() for a in by_length[n]) for n in sorted(by_length)])
             for name, (_, by_length, _, _, _) in cases.items()}
+    jobs["positions emitted"] = (str(root / "positions emitted"), jobs["positions"][1])
     results = torch_free.run(root, RUNNER, jobs)
     return cases, results
 
@@ -118,3 +135,23 @@ def test_symbolic_sizes_serve_decode_lengths_never_run_before_export(lengths, na
     assert manifest["coverage"]["complete"] and warned == [], (manifest["coverage"], warned)
     body = [p for r in manifest["regions"] for p in r.get("parts", ()) if any("ranges" in e for e in p["entries"])]
     assert body, "no program over a symbolic size"
+
+
+def test_emitted_decoder_serves_the_lengths_it_ran_and_names_them_for_others(lengths) -> None:
+    """The emitted module of a decode loop holds one version of a region per size it ran at: each
+    length run before emitting (or met as a step of a longer decode) equals torch; a longer one
+    is a ValueError listing the sizes it serves, never another answer."""
+    cases, results = lengths
+    model, by_length, ran, _, _ = cases["positions"]
+    served = []
+    for n, got in zip(sorted(by_length), results["positions emitted"]):
+        if isinstance(got[0], str):
+            assert "serves only" in got[1], got[1]
+            listed = ast.literal_eval(got[1].split("before it was emitted: ")[1].split("; emit")[0])
+            assert listed and all(len(key) == 2 for key in listed), got[1]  # (sizes, values) it holds, named
+            continue
+        served.append(n)
+        with torch.no_grad():
+            want = model(*by_length[n])
+        assert len(got) == 2 and np.array_equal(want[0].numpy(), got[0]) and int(got[1]) == want[1], (n, got)
+    assert set(ran) <= set(served) and max(by_length) not in served, (ran, served)

@@ -5,6 +5,7 @@ dropout mask."""
 from __future__ import annotations
 
 import jax
+import pytest
 import numpy as np
 import torch
 
@@ -15,6 +16,7 @@ from test_train_mode import DIM, _fresh, _inputs, _shifted  # pytest puts tests/
 # per job: load, then call with each (inputs, key seed) in turn (statistics carried between calls)
 RUNNER = """
 import jax
+import pytest
 import numpy as np
 import dycl_jax
 for name, (path, calls) in jobs.items():
@@ -91,6 +93,7 @@ class HostGated(torch.nn.Module):
 
 DISPATCH_RUNNER = """
 import jax
+import pytest
 import numpy as np
 import dycl_jax
 model = dycl_jax.load(jobs["path"])
@@ -135,3 +138,68 @@ def test_train_artifact_of_the_dispatch_host_matches_torch_statistics_and_decisi
     for got, want in zip(out["decisions"], want_decisions):
         assert [(d[0], d[1]) for d in got] == [(d.site, d.value) for d in want] != []
         np.testing.assert_allclose([d[2] for d in got], [d.margin for d in want], rtol=1e-5)
+
+
+class HostDropout(torch.nn.Module):
+    """Dropout p=0.5 before an `.item()` branch on the host and again inside its gated arm."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(DIM, 32)
+        self.drop = torch.nn.Dropout(0.5)
+
+    def forward(self, x):
+        h = self.drop(torch.relu(self.fc(x)))
+        if x.sum().item() > 0:
+            h = self.drop(h) * 2
+        return h
+
+
+DROPOUT_RUNNER = """
+import jax
+import pytest
+import numpy as np
+import dycl_jax
+model = dycl_jax.load(jobs["path"])
+out["runs"] = [np.asarray(model(x, key=jax.random.key(seed))[0]) for x, seed in jobs["calls"]]
+"""
+
+
+def test_dropout_of_the_dispatch_host_artifact_draws_as_jm_with_the_same_key(tmp_path) -> None:
+    """p=0.5 on both paths: the artifact given a key gives jm's result for that key, another key
+    another mask; against the ORIGINAL torch model (dropout off), kept units are its values
+    scaled by 1/(1-p) per dropout and the dropped fraction is 1-(1-p)^n within 4 sigma."""
+    torch.manual_seed(0)
+    model = HostDropout()
+    g = torch.Generator().manual_seed(5)
+    base = torch.randn(32, DIM, generator=g)
+    up, down = base - base.mean() + 0.5, base - base.mean() - 0.5
+    jm = dycl_jax.to_jax(model.eval(), (up,), train=True, host="dispatch")
+    calls = [(up.numpy(), 1), (up.numpy(), 1), (up.numpy(), 2), (down.numpy(), 3)]
+    live = [np.asarray(jm(x, key=jax.random.key(seed))) for x, seed in calls]
+    jm.export(str(tmp_path / "d"))
+    out = torch_free.run(tmp_path, DROPOUT_RUNNER, {"path": str(tmp_path / "d"), "calls": calls})
+    assert out["torch loaded"] == []
+    for k, ((x, _), got, want) in enumerate(zip(calls, out["runs"], live)):
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=0, err_msg=f"call {k} (artifact vs jm, same key)")
+        with torch.no_grad():
+            plain = torch.relu(model.fc(torch.from_numpy(x))).numpy()  # the original model, dropout off
+        drops, gain = (2, 2 * 4.0) if x.sum() > 0 else (1, 2.0)
+        alive = plain > 0
+        kept = got[alive] != 0
+        np.testing.assert_allclose(got[alive][kept], plain[alive][kept] * gain, rtol=1e-5, atol=1e-6, err_msg=f"call {k}")
+        assert np.all(got[~alive] == 0), k
+        rate, n = 1 - 0.5 ** drops, alive.sum()
+        assert abs((1 - kept.mean()) - rate) < 4 * np.sqrt(rate * (1 - rate) / n), (k, 1 - kept.mean(), rate)
+    assert np.array_equal(out["runs"][0], out["runs"][1]) and not np.array_equal(out["runs"][0], out["runs"][2])
+
+
+def test_emit_of_a_train_mode_model_is_refused_with_what_it_lacks() -> None:
+    # (on the dispatch host an AttributeError before: the host's function is a functools.partial)
+    for host, cls in (("dispatch", HostGated), ("staged", None)):
+        model = (HostGated() if cls else _fresh()[0]).eval()
+        jm = dycl_jax.to_jax(model, (_inputs(),), train=True, host=host)
+        for call in (jm.to_source, lambda: jm.emit("unused")):
+            with pytest.raises(dycl_jax.DyclError, match="train=True") as err:
+                call()
+            assert "BatchNorm" in err.value.message and "jm.export" in err.value.fix, host

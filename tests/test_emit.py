@@ -3,6 +3,7 @@ with the original torch model and with `jm`; its size against the 3x budget; its
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import inspect
 
 import numpy as np
@@ -149,3 +150,34 @@ def test_dispatch_host_region_without_emission_rule_is_a_located_error() -> None
     with pytest.raises(DyclError) as err:
         jm.emit("/nonexistent/never-written")
     assert "cumsum" in str(err.value) and "test_emit.py" in str(err.value)
+
+
+class ScalarBuffer(torch.nn.Module):
+    """A 0-d buffer and a 0-d tensor constant, read in a tensor branch."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 4)
+        self.register_buffer("scale", torch.tensor(2.5))
+
+    def forward(self, x):
+        h = self.fc(x) * self.scale
+        if h.sum() > 0:
+            return h + torch.tensor(1.0)
+        return h - 1
+
+
+def test_emitted_weights_keep_zero_dimensional_buffers(tmp_path) -> None:
+    # (np.ascontiguousarray wrote them 1-d, and the emitted load() refused them)
+    torch.manual_seed(0)
+    model = ScalarBuffer().eval()
+    x = torch.randn(2, 4, generator=torch.Generator().manual_seed(1))
+    jm = dycl_jax.to_jax(model, (x,), host="staged")
+    spec = importlib.util.spec_from_file_location("emitted_scalar_buffer", jm.emit(str(tmp_path / "m")))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    emitted = module.load()
+    for k, v in enumerate((x, -x * 3)):
+        with torch.no_grad():
+            want = model(v).numpy()
+        np.testing.assert_allclose(np.asarray(emitted(v.numpy())), want, rtol=1e-6, atol=1e-6, err_msg=f"input {k}")

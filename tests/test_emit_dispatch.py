@@ -6,11 +6,15 @@ from __future__ import annotations
 import importlib
 
 import pytest
+import torch
 
+import dycl_jax
 from emit_jobs import run_emitted  # tests/: one torch-free subprocess for every module
 import converted  # tests/: the example conversions this process made already
 from dycl_jax.emit import hosted
+from differential import assert_same
 from test_emit import _cases, compare
+from test_list_identity import NumpyWhile
 
 # (example, inputs): an `.item()` early exit with a numpy fallback, top-1 MoE with `nonzero` and `continue`
 CASES = [("numpy_fallback", 12), ("moe", 8)]
@@ -55,3 +59,17 @@ def test_emitted_dispatch_module_matches_torch_and_jm(name: str, emitted: dict) 
         compare(name, k, model, jm, case, got)
         paths.add(mod.path_of(model, case))
     assert len(paths) >= 3, f"{name}: the inputs exercise only {paths}"
+
+
+def test_emit_refuses_a_part_the_host_ran_only_in_torch_for_a_shared_list() -> None:
+    # `history = scores` (one list) goes into every later part that appends to it: the host runs
+    # those in torch, so no graph exists to write (a KeyError of ours while writing before)
+    torch.manual_seed(0)
+    model = NumpyWhile().eval()
+    x = torch.randn(2, 6, generator=torch.Generator().manual_seed(1)) * 3
+    jm = dycl_jax.to_jax(model, (x,), host="auto")
+    assert jm.host == "dispatch"
+    assert_same(model(x), jm(x), "live host")
+    with pytest.raises(dycl_jax.DyclError, match="under several names") as err:
+        jm.to_source()
+    assert err.value.location is not None and err.value.location.line > 0

@@ -212,6 +212,10 @@ class HostedEmitter:
         capture; one its program serves with symbolic ints is captured again with them constant."""
         path = self.paths[fname]
         fns = None
+        if not part.cache:  # every call ran it in torch (rewrite/appends.shared_containers): no graph to write
+            raise _refuse(spec, part, "took one list or dict under several names on every call before emitting, "
+                                      "which the dispatch host runs in torch; an emitted method would take each "
+                                      "name as a list of its own")
         for (tree, leaves, _grad, same), entry in self.signatures(part):
             if same:
                 raise _refuse(spec, part, "takes one tensor under two names, which the emitted method does not keep")
@@ -344,10 +348,12 @@ class HostedEmitter:
                 f"def {name}(self{''.join(', ' + n for n in ins)}):",
                 f"    key = tuple(a.shape for a in jax.tree.leaves(({''.join(n + ', ' for n in arrays)}))), "
                 f"({''.join(n + ', ' for n in plain)})",
-                f"    version = {versions!r}.get(key)",
+                f"    versions = {versions!r}",
+                "    version = versions.get(key)",
                 "    if version is None:",
-                f"        raise ValueError(f'{spec.label}: no version for {{key}}; emit again after calling the "
-                f"converted model on such inputs')",
+                f"        raise ValueError(f'{spec.label}: no version for {{key}}; this module serves only the (input "
+                f"sizes, Python values) it ran with before it was emitted: {{list(versions)}}; emit it again after "
+                f"calling the converted model on such inputs (e.g. other decode lengths)')",
                 f"    return getattr(self, version)({', '.join(ins)})"]))
             self.params[(rid, k)] = ins
 

@@ -160,7 +160,8 @@ def write(inp: EmitInput | tuple[str, dict[str, np.ndarray]], out_dir: str) -> s
 
     text, weights = emit_source(inp) if isinstance(inp, EmitInput) else inp
     os.makedirs(out_dir, exist_ok=True)
-    safetensors.numpy.save_file({k: np.ascontiguousarray(v) for k, v in weights.items()},
+    # (np.require, not np.ascontiguousarray: that makes a 0-d buffer 1-d, which load() then refuses)
+    safetensors.numpy.save_file({k: np.require(v, requirements="C") for k, v in weights.items()},
                                 os.path.join(out_dir, WEIGHTS))
     path = os.path.join(out_dir, "model.py")
     with open(path, "w") as f:

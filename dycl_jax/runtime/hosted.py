@@ -12,8 +12,9 @@ import numpy as np
 from jax import export as jax_export
 from safetensors.flax import load_file
 
+from dycl_jax.capture.ordered_dicts import keep_order
 from dycl_jax.errors import CallError, Location
-from dycl_jax.rewrite.appends import appending
+from dycl_jax.rewrite.appends import appending, kept_identity, kept_in_place, shared_containers
 from dycl_jax.rewrite.decisions import Decision
 
 HOST_MODULE, CONSTANTS = "host.py", "constants.safetensors"
@@ -190,13 +191,30 @@ class HostRuntime:
         env = dict(zip(r["ins"], vals))
         for k, part in enumerate(r["parts"]):
             vals = tuple(env[n] for n in part["ins"])
+            if part.get("shared_on_host") and shared_containers(vals):
+                self._shared_refused(r, part, vals)
             if part.get("appends"):  # lists it only appends to go in empty, as on the live host
                 outs = appending(part["ins"], part["outs"], part["appends"], vals,
                                  lambda fresh, k=k, part=part: self._part(rid, k, part, fresh))
             else:
                 outs = self._part(rid, k, part, vals)
+            # lists and dicts changed in place, or held under several names, stay one object (as on the live host)
+            if part.get("in_place"):
+                outs = kept_in_place(vals, outs, part["in_place"])
+            if part.get("same"):
+                outs = kept_identity(vals, outs, part["same"])
             env.update(zip(part["outs"], outs))
         return tuple(env[n] for n in r["outs"])
+
+    @staticmethod
+    def _shared_refused(r: dict, part: dict, vals: tuple) -> None:
+        """A part that changes a list given to it under several names: a program takes each name
+        as its own list, so the change would miss the other names; the live host runs it in torch."""
+        names = sorted({part["ins"][i] for pair in shared_containers(vals) for i in pair})
+        raise CallError(f"the {r['label']} changes a list or dict that this call gives it under several names "
+                        f"({', '.join(f'`{n}`' for n in names)}); the dispatch host runs such a part in torch, so "
+                        "the artifact cannot serve it", location=Location(r["file"], r["line"], ""),
+                        fix="keep this model in Python with torch (jm(...)), or give the list one name")
 
     def island(self, rid: int, vals: tuple) -> Any:
         r = self._ran(rid)
@@ -229,7 +247,8 @@ class HostRuntime:
         return r
 
     def _part(self, rid: int, k: int, part: dict, vals: tuple) -> tuple:
-        leaves, tree = jax.tree_util.tree_flatten((vals, None))
+        # dicts in their own key order, as the live host keyed and flattened them (capture/ordered_dicts.py)
+        leaves, tree = jax.tree_util.tree_flatten(keep_order((vals, None)))
         entry = self.lookup[rid][k].get(self._entry_key(str(tree), [_leaf_key(v) for v in leaves]))
         if entry is not None:
             return self._run(entry, leaves)[0]  # a region program gives (outputs, module attributes)
@@ -238,7 +257,7 @@ class HostRuntime:
             return self._run(entry, leaves)[0]
         for e in part["entries"]:  # a list of same-shaped arrays, stacked (runtime/hosted_lists.py)
             if "stack" in e and (stacked := _stack(vals, e["stack"])) is not None:
-                leaves2, tree2 = jax.tree_util.tree_flatten((stacked, None))
+                leaves2, tree2 = jax.tree_util.tree_flatten(keep_order((stacked, None)))
                 if _fits(e, str(tree2), leaves2):
                     return self._run(e, leaves2)[0]
         if "sizes" in part:  # statements computing Python values from sizes only

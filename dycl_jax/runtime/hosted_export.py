@@ -35,12 +35,11 @@ from dycl_jax.runtime import hosted_ints as ints
 from dycl_jax.runtime import hosted_lists as lists
 from dycl_jax.runtime import hosted_symbolic as symbolic
 from dycl_jax.runtime.artifact import _export, _keyed
-from dycl_jax.runtime.loaded import MANIFEST, PARAMS, save_params
+from dycl_jax.runtime.loaded import HOSTED_FORMAT, MANIFEST, PARAMS, save_params
 
 if TYPE_CHECKING:
     from dycl_jax.runtime.model import JaxModel
 
-HOSTED_FORMAT = "dycl_jax.hosted/1"
 HOST_MODULE, CONSTANTS = "host.py", "constants.safetensors"
 _ITEM_OPS = {"_local_scalar_dense.default"}  # what `.item()` / `.tolist()` run on the host
 
@@ -146,6 +145,13 @@ class _Writer:
                                "failed": spec.kind == "island" and part.host_reason is not None, "entries": []}
         if part.appends:  # lists it only appends to: taken empty, extended by the host (rewrite/appends.py)
             out["appends"] = list(part.appends)
+        # one list or dict under several names, kept one object as on the live host (rewrite/appends.py)
+        if part.in_place:
+            out["in_place"] = [list(p) for p in part.in_place]
+        if part.same:
+            out["same"] = [list(p) for p in part.same]
+        if part.in_place or part.changes:  # given one list under two names, the live host runs it in torch
+            out["shared_on_host"] = True
         kinds = set(type(e) if isinstance(e, Compiled) else e for e in part.cache.values())
         on_host = EAGER in kinds or (spec.kind == "region" and part.host_reason is not None)
         fname = self.program.region_fn[rid]
@@ -211,6 +217,13 @@ class _Writer:
                     out["entries"][-1]["widened"] = True
         out["covers"] = [ints.describe(e["key"]) + (f" (sizes {e['ranges']})" if "ranges" in e else "")
                          for e in out["entries"]] + [ints.describe(e["key"]) for e in out.get("numpy", ())]
+        if spec.kind == "region" and not part.cache:
+            # every call the live host made gave it one list under two names, which it ran in torch
+            self.note_uncovered(DyclError(
+                f"{os.path.basename(spec.file)}:{first.line}: the {spec.label} took one list or dict under several "
+                "names on every call before export, which the dispatch host runs in torch, so the artifact holds no "
+                "program for it; an input that reaches it gets a CallError when the artifact is called",
+                location=where, fix="keep this model in Python with torch (jm(...)), or give the list one name"))
         self.check_coverage(spec, part, out, fname)
         return out
 

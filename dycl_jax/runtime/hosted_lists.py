@@ -13,6 +13,7 @@ import jax
 import numpy as np
 import torch
 
+from dycl_jax.capture.ordered_dicts import keep_order
 from dycl_jax.errors import raised_by_us
 from dycl_jax.host.dispatch import Compiled, DispatchHost, Part
 from dycl_jax.lower.int_ranges import int_scope
@@ -71,7 +72,7 @@ def _stacked(tree: Any, leaves: tuple) -> tuple[int, Any, tuple, int, int] | Non
     shape, dtype = vals[n][0].key
     replaced = list(vals)
     replaced[n] = _Key(((len(vals[n]), *shape), dtype))
-    flat, tree2 = jax.tree_util.tree_flatten((tuple(replaced), None))
+    flat, tree2 = jax.tree_util.tree_flatten(keep_order((tuple(replaced), None)))  # as runtime/hosted.py keys it
     return n, tree2, tuple(k.key for k in flat), len(vals[n]), len(jax.tree_util.tree_leaves(vals[:n]))
 
 

@@ -17,6 +17,10 @@ from dycl_jax.errors import CallError, DecodeBoundError, DyclError, Location
 from dycl_jax.rewrite.decisions import Decision
 
 FORMAT = "dycl_jax.artifact/1"
+# dispatch-host artifacts (runtime/hosted.py); /2 adds the parts' list identities (`same`,
+# `in_place`, `shared_on_host`), which a /1 reader would drop, splitting one list into several
+HOSTED_FORMAT = "dycl_jax.hosted/2"
+HOSTED_READ = ("dycl_jax.hosted/1", HOSTED_FORMAT)
 MANIFEST, PARAMS, PROGRAM, TRACE = "manifest.json", "params.safetensors", "program.stablehlo", "trace.stablehlo"
 _INT32 = (-(2**31), 2**31 - 1)
 
@@ -33,7 +37,7 @@ def load(path: str) -> "LoadedModel":
             manifest = json.load(f)
     except FileNotFoundError:
         raise DyclError(f"{path} holds no {MANIFEST}", fix="pass a directory written by jm.export(path)") from None
-    if manifest.get("format") == "dycl_jax.hosted/1":  # a dispatch-host model (runtime/hosted.py)
+    if manifest.get("format") in HOSTED_READ:  # a dispatch-host model (runtime/hosted.py)
         from dycl_jax.runtime.hosted import HostedModel
         return HostedModel(path, manifest)  # type: ignore[return-value]
     if manifest.get("format") != FORMAT:

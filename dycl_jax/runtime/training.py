@@ -5,7 +5,7 @@ from typing import Any, Callable
 
 from flax import nnx
 
-from dycl_jax.errors import CallError
+from dycl_jax.errors import CallError, DyclError
 from dycl_jax.lower.int_ranges import int_scope
 from dycl_jax.lower.ops.control_flow import differentiable
 from dycl_jax.rewrite.decisions import Decision
@@ -76,6 +76,23 @@ class TrainingJaxModel(JaxModel):
                     outs, _ = self._call(self._state_values(), self.signature.bind(args), self._key(key))
                 return outs, list(decisions)
             return self._traced(args, self._key(key))
+
+    def to_source(self) -> str:
+        """Not for a train=True model: the emitted module is an inference program."""
+        raise self._not_emitted()
+
+    def emit(self, out_dir: str) -> str:
+        """Not for a train=True model (see to_source)."""
+        raise self._not_emitted()
+
+    def _not_emitted(self) -> DyclError:
+        # the emitted Flax source has no key argument and no BatchNorm state update: written from
+        # training-mode captures it would run dropout without a key and discard the statistics
+        return DyclError(
+            f"emitted source is built from inference conversions; this model ({self.host} host) was converted with "
+            "train=True, whose dropout keys and BatchNorm statistic updates the emitted Flax module does not take",
+            fix="emit a train=False conversion of the model (dycl_jax.to_jax(model.eval(), args).emit(dir)), or "
+                "jm.export(path) this one: a train=True artifact takes a key and returns the updated statistics")
 
     def padded(self, *args: Any) -> Any:
         raise CallError("a model converted with train=True has no padded form", fix="call jm(...) or jm.apply(...)")
