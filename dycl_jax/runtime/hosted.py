@@ -18,6 +18,9 @@ from dycl_jax.rewrite.appends import appending, kept_identity, kept_in_place, sh
 from dycl_jax.rewrite.decisions import Decision
 
 HOST_MODULE, CONSTANTS = "host.py", "constants.safetensors"
+# a part changing one list held under several names runs in torch on the live host: no program to export
+SHARED_LIST_FIX = ("serve this model with the converted JaxModel in a Python process with torch (jm(...)), "
+                   "whose host runs such a part in torch")
 INT_LEAF = ["i"]  # a signature leaf a program takes as a symbolic int: any value in [0, int32 max]
 _INT32_MAX = 2**31 - 1  # (lower/dtypes.INT32_MAX; that module imports torch)
 # what a program's printed guard and computed ints may call (runtime/hosted_ints.py checks it)
@@ -214,7 +217,7 @@ class HostRuntime:
         raise CallError(f"the {r['label']} changes a list or dict that this call gives it under several names "
                         f"({', '.join(f'`{n}`' for n in names)}); the dispatch host runs such a part in torch, so "
                         "the artifact cannot serve it", location=Location(r["file"], r["line"], ""),
-                        fix="keep this model in Python with torch (jm(...)), or give the list one name")
+                        fix=SHARED_LIST_FIX)
 
     def island(self, rid: int, vals: tuple) -> Any:
         r = self._ran(rid)

@@ -32,6 +32,7 @@ from dycl_jax.host.training import RegionKeys, Updating
 from dycl_jax.rewrite.modes import exclusive
 from dycl_jax.rewrite.plan import Undefined
 from dycl_jax.runtime import hosted_ints as ints
+from dycl_jax.runtime.hosted import SHARED_LIST_FIX
 from dycl_jax.runtime import hosted_lists as lists
 from dycl_jax.runtime import hosted_symbolic as symbolic
 from dycl_jax.runtime.artifact import _export, _keyed
@@ -223,7 +224,7 @@ class _Writer:
                 f"{os.path.basename(spec.file)}:{first.line}: the {spec.label} took one list or dict under several "
                 "names on every call before export, which the dispatch host runs in torch, so the artifact holds no "
                 "program for it; an input that reaches it gets a CallError when the artifact is called",
-                location=where, fix="keep this model in Python with torch (jm(...)), or give the list one name"))
+                location=where, fix=SHARED_LIST_FIX))
         self.check_coverage(spec, part, out, fname)
         return out
 
