@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import gc
 import inspect
 import time
 import warnings
@@ -36,7 +37,27 @@ from dycl_jax.runtime.training import TrainingJaxModel
 from dycl_jax.runtime.state import build_module, canonical_paths, stack_groups
 
 
+def _collector_paused(fn: Callable) -> Callable:
+    """Run `fn` with Python's cyclic garbage collector paused (its prior state restored after).
+
+    A conversion allocates millions of objects (fx nodes, fake tensors, traced frames) and keeps
+    most of them until it ends, so each full collection rescans them all for almost nothing
+    (ResNet-110 BlockDrop: five full collections, about 1 CPU-s of an 11 s conversion). The
+    cycles it leaves are collected as usual once the collector runs again."""
+    @functools.wraps(fn)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            if was_enabled:
+                gc.enable()
+    return run
+
+
 @exclusive
+@_collector_paused
 def to_jax(
     model: torch.nn.Module,
     example_args: Any,

@@ -416,3 +416,51 @@ def test_decomposition_table_is_built_once_and_follows_new_custom_ops():
     lib.define("twice(Tensor x) -> Tensor")
     lib.impl("twice", lambda x: x * 2, "CompositeImplicitAutograd")
     assert torch.ops.dycl_decomp_test.twice.default in export._core_aten_table()
+
+
+def test_conversion_pauses_the_collector_and_restores_its_state():
+    import gc
+
+    model = nn.Linear(4, 4).eval()  # what is tested is to_jax's wrapper: the smallest model does
+    during: list[bool] = []
+    was = gc.isenabled()
+    try:
+        for enabled in (True, False):
+            (gc.enable if enabled else gc.disable)()
+            dycl_jax.to_jax(model, (torch.randn(2, 4),), host="staged", progress=lambda _: during.append(gc.isenabled()))
+            assert gc.isenabled() is enabled  # the user's choice, as before the conversion
+        gc.enable()
+        with pytest.raises(dycl_jax.DyclError):
+            dycl_jax.to_jax(model, (torch.randn(2, 4),), method="absent")
+        assert gc.isenabled()  # restored on a refusal too
+    finally:
+        (gc.enable if was else gc.disable)()
+    assert during and not any(during), during  # no full collection rescans the conversion's objects
+
+
+def test_stack_traces_read_only_the_lines_of_the_frames_they_keep():
+    import linecache
+    import re
+
+    model = _Mixed().eval()
+    reads = [0]
+    real_getline = linecache.getline
+
+    def counted(*a: Any, **k: Any) -> str:
+        reads[0] += 1
+        return real_getline(*a, **k)
+
+    linecache.getline = counted
+    try:
+        jm = dycl_jax.to_jax(model, (torch.randn(2, 8),), host="staged")
+    finally:
+        linecache.getline = real_getline
+    ep = jm._emit_input.ep
+    nodes = [n for gm in ep.graph_module.modules() if isinstance(gm, torch.fx.GraphModule) for n in gm.graph.nodes]
+    frames = re.compile(r'File "(.+)", line (\d+), in .+\n    (.*)')
+    shown = [m.groups() for n in nodes for m in frames.finditer(n.meta.get("stack_trace") or "")]
+    # every node's trace still shows the user's frames with their source lines, as torch writes them
+    assert any(f.startswith("<dycl-rewrite:_Mixed") and "block(x)" in line for f, _, line in shown), shown[:5]
+    assert all(real_getline(f, int(k)).strip() == line for f, k, line in shown)
+    # torch's extraction reads the line of every frame of the stack (some 80 per recorded node)
+    assert reads[0] < 12 * len(nodes), (reads[0], len(nodes))

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import traceback
 from typing import Any, Iterator
 
 import torch
 import torch.nn.modules.transformer as _transformer
+import torch.utils._traceback as _torch_traceback
 from torch.distributions import Distribution
 from torch.fx._lazy_graph_module import _use_lazy_graph_module
 
@@ -81,6 +83,26 @@ _SIGNATURE_USERS = [importlib.import_module(n) for n in ("torch.export._trace", 
 _SIGNATURE_USERS = [m for m in _SIGNATURE_USERS if hasattr(m, "_populate_param_buffer_metadata_to_new_gm")]
 
 
+def _frames_lines_on_demand(tb: list[dict[str, Any]], skip: int) -> traceback.StackSummary:
+    """torch's `_extract_symbolized_tb`, with each frame's source line read when the frame is
+    formatted rather than when it is made. fx records a stack trace per graph node (about 80
+    frames, most of them torch's, each reading its line) and formats only the user's frames."""
+    stack = traceback.StackSummary()
+    for f in reversed(tb[skip:]):
+        stack.append(traceback.FrameSummary(f["filename"], f["line"], f["name"], lookup_line=False))
+    return stack
+
+
+@contextlib.contextmanager
+def _lines_on_demand() -> Iterator[None]:
+    original = _torch_traceback._extract_symbolized_tb
+    _torch_traceback._extract_symbolized_tb = _frames_lines_on_demand
+    try:
+        yield
+    finally:
+        _torch_traceback._extract_symbolized_tb = original
+
+
 @contextlib.contextmanager
 def capture_shims() -> Iterator[None]:
     """While active, `nn.Transformer*` layers do not inspect mask values to choose a kernel,
@@ -98,7 +120,8 @@ def capture_shims() -> Iterator[None]:
     Graph modules made meanwhile generate their Python code only when it is first read or run
     (torch's lazy graph module): export's passes recompile the root graph, and with it every
     branch sub-graph, after each change (ResNet-110 BlockDrop: about 3,000 code generations);
-    and placeholder metadata is copied with the signature's lookup tables built once.
+    and placeholder metadata is copied with the signature's lookup tables built once; the
+    stack trace fx records per node reads source lines only for the frames it keeps.
     """
     original = _transformer._detect_is_causal_mask
     validate = Distribution._validate_args
@@ -106,7 +129,7 @@ def capture_shims() -> Iterator[None]:
     Distribution._validate_args = False
     try:
         with _fake_rules(), shared_branch_checks(), shared_branch_traces(), _use_lazy_graph_module(True), \
-                _linear_signature_lookups():
+                _linear_signature_lookups(), _lines_on_demand():
             yield
     finally:
         _transformer._detect_is_causal_mask = original
