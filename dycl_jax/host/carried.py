@@ -36,15 +36,13 @@ class Stand:
     __hash__ = object.__hash__  # as a tensor's: by identity
 
 
-class Carried:
-    """The cache entry of a signature whose statements only move its array leaves: each call runs
-    them as Python on fresh containers holding stand-ins, then puts the arrays back (the result is
-    new containers, as a compiled program's is, so in-place and identity handling apply alike)."""
-
-    def run(self, body: Callable[[tuple, Any], tuple], leaves: list, tree: Any) -> tuple:
-        stands = [Stand(i) if isinstance(v, values.ARRAYS) else v for i, v in enumerate(leaves)]
-        vals, attrs = jax.tree_util.tree_unflatten(tree, stands)
-        return _back(body(vals, attrs), leaves)
+def carry(body: Callable[[tuple, Any], tuple], leaves: list, tree: Any) -> tuple:
+    """Run a part whose statements only move its array leaves: as Python on fresh containers
+    holding stand-ins, then with the arrays put back (the result is new containers, as a compiled
+    program's is, so in-place and identity handling apply alike)."""
+    stands = [Stand(i) if isinstance(v, values.ARRAYS) else v for i, v in enumerate(leaves)]
+    vals, attrs = jax.tree_util.tree_unflatten(tree, stands)
+    return _back(body(vals, attrs), leaves)
 
 
 def _back(v: Any, leaves: list) -> Any:
@@ -65,9 +63,6 @@ def _back(v: Any, leaves: list) -> Any:
     return v
 
 
-CARRIED = Carried()
-
-
 def only_moves(body: Callable[[tuple, Any], tuple], leaves: list, tree: Any) -> bool:
     """Whether the part, run once as Python with stand-ins for its array leaves, neither reads an
     array's value nor makes a tensor (the caller restores module attributes and checks they did
@@ -76,7 +71,7 @@ def only_moves(body: Callable[[tuple, Any], tuple], leaves: list, tree: Any) -> 
     if not all(map(_plain, leaves)):  # an object of the user's could keep a stand-in (`state.h = h`)
         return False
     try:
-        outs = CARRIED.run(body, leaves, tree)
+        outs = carry(body, leaves, tree)
     except Exception as exc:  # noqa: BLE001  (a stand-in was used, or the statement fails: capture decides)
         if raised_by_us(exc):
             raise

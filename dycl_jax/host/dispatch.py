@@ -31,7 +31,7 @@ from dycl_jax.capture.region import HostValueError, capture_call, lost_update, v
 from dycl_jax.errors import (AliasedUpdateError, CallError, DyclError, InputMutationError, Location,
                              StagedAliasError, raised_by_us)
 from dycl_jax.host import jax_ops, training, values
-from dycl_jax.host.carried import CARRIED, only_moves
+from dycl_jax.host.carried import carry, only_moves
 from dycl_jax.host.attributes import DynamicAttributes
 from dycl_jax.host.module_state import ModuleState
 from dycl_jax.host.views import check_views_kept, user_locals
@@ -241,6 +241,7 @@ def _getter(indices: list[int]) -> Callable[[Sequence[Any]], list]:
 _MISSED = object()  # no compiled program for this call (DispatchHost._compiled_call)
 DIRECT = "python"  # a signature with no tensors in or out: the statements run as plain Python
 EAGER = "host"  # the part runs on the host (JAX ops on concrete arrays, or torch)
+CARRIED = "carried"  # its statements only move their arrays: they run as Python (host/carried.py)
 
 
 @dataclass
@@ -513,8 +514,8 @@ class DispatchHost:
             if entry.mutated:
                 self._check_arguments_kept(st.spec, part, leaves, entry.mutated)
             outs, new_attrs = entry.run(self._state, leaves)
-        elif entry is CARRIED:
-            outs, new_attrs = CARRIED.run(self._body(st.spec, part, fns), leaves, tree)
+        elif entry == CARRIED:
+            outs, new_attrs = carry(self._body(st.spec, part, fns), leaves, tree)
         elif entry == DIRECT:
             return run_statements(st.spec, fns[part.first:part.stop], vals, part.ins, part.outs, part.first)
         elif entry == EAGER or part.host_reason is not None:
@@ -621,7 +622,7 @@ class DispatchHost:
         elif spec.kind == "region" and not self.train and self._only_moves(spec, part, fns, leaves, tree):
             # e.g. `candidates.append((score + v, toks + [i], h))`: a capture per float value, for nothing
             part.cache[key] = CARRIED
-            outs, new_attrs = CARRIED.run(self._body(spec, part, fns), leaves, tree)
+            outs, new_attrs = carry(self._body(spec, part, fns), leaves, tree)
             if self.attrs.slots:
                 self.attrs.write(new_attrs)
             return outs
