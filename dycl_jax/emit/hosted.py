@@ -25,7 +25,7 @@ from dycl_jax.emit.program import Program
 from dycl_jax.emit.writer import assemble, state_refs
 from dycl_jax.errors import DyclError, Location
 from dycl_jax.host import values
-from dycl_jax.host.dispatch import DIRECT, EAGER, Compiled, DispatchHost, Part
+from dycl_jax.host.dispatch import CARRIED, DIRECT, EAGER, Compiled, DispatchHost, Part
 from dycl_jax.rewrite.modes import exclusive
 from dycl_jax.rewrite.plan import Undefined
 from dycl_jax.source import origins
@@ -137,7 +137,7 @@ class HostedEmitter:
             and plain_statement(spec, part.first, part.stop, self.program, fname, True, SHAPE_READS) is None
         # a graph that only forwards its inputs (`return outputs[best], best`): the statements themselves
         forwards = compiled and all(getattr(e.fn, "__qualname__", "").startswith("_passthrough") for e in compiled)
-        if on_host or kinds == {DIRECT} or sizes or forwards:
+        if on_host or kinds and kinds <= {DIRECT, CARRIED} or sizes or forwards:  # (carried: statements that move arrays)
             why = plain_statement(spec, part.first, part.stop, self.program, fname, bool(on_host or sizes or forwards),
                                   SHAPE_READS | {"item", "tolist", "append", "extend"})
             if why is not None:

@@ -31,6 +31,7 @@ from dycl_jax.capture.region import HostValueError, capture_call, lost_update, v
 from dycl_jax.errors import (AliasedUpdateError, CallError, DyclError, InputMutationError, Location,
                              StagedAliasError, raised_by_us)
 from dycl_jax.host import jax_ops, training, values
+from dycl_jax.host.carried import carry, only_moves
 from dycl_jax.host.attributes import DynamicAttributes
 from dycl_jax.host.module_state import ModuleState
 from dycl_jax.host.views import check_views_kept, user_locals
@@ -240,6 +241,7 @@ def _getter(indices: list[int]) -> Callable[[Sequence[Any]], list]:
 _MISSED = object()  # no compiled program for this call (DispatchHost._compiled_call)
 DIRECT = "python"  # a signature with no tensors in or out: the statements run as plain Python
 EAGER = "host"  # the part runs on the host (JAX ops on concrete arrays, or torch)
+CARRIED = "carried"  # its statements only move their arrays: they run as Python (host/carried.py)
 
 
 @dataclass
@@ -512,6 +514,8 @@ class DispatchHost:
             if entry.mutated:
                 self._check_arguments_kept(st.spec, part, leaves, entry.mutated)
             outs, new_attrs = entry.run(self._state, leaves)
+        elif entry == CARRIED:
+            outs, new_attrs = carry(self._body(st.spec, part, fns), leaves, tree)
         elif entry == DIRECT:
             return run_statements(st.spec, fns[part.first:part.stop], vals, part.ins, part.outs, part.first)
         elif entry == EAGER or part.host_reason is not None:
@@ -602,6 +606,8 @@ class DispatchHost:
     def _first_call(self, st: RegionState, part: Part, fns: Sequence[Callable], vals: tuple, leaves: list,
                     tree: Any, key: Any) -> tuple:
         spec = st.spec
+        if any(map(values.live, leaves)):  # before any probe or capture: either would consume it
+            return self._live_values(st, part, fns, vals, leaves, tree, key, vals, part.ins, "reads")
         if not any(isinstance(v, values.ARRAYS) for v in leaves):
             # no tensor in: run it as Python; if no tensor comes out and no attribute changes, it stays Python
             probe_vals, probe_attrs = jax.tree_util.tree_unflatten(tree, leaves)
@@ -613,6 +619,13 @@ class DispatchHost:
             if quiet and not any(isinstance(v, torch.Tensor) for v in leaves_in_order(outs)):
                 part.cache[key] = DIRECT
                 return run_statements(spec, fns[part.first:part.stop], vals, part.ins, part.outs, part.first)
+        elif spec.kind == "region" and not self.train and self._only_moves(spec, part, fns, leaves, tree):
+            # e.g. `candidates.append((score + v, toks + [i], h))`: a capture per float value, for nothing
+            part.cache[key] = CARRIED
+            outs, new_attrs = carry(self._body(spec, part, fns), leaves, tree)
+            if self.attrs.slots:
+                self.attrs.write(new_attrs)
+            return outs
         if part.stop - part.first > 1:
             k = self._python_prefix(spec, part, fns, leaves, tree)
             if k:  # leading statements of Python values only: they run as Python, before the rest
@@ -649,6 +662,8 @@ class DispatchHost:
             break
         if failure is not None:  # outside the handler: the pieces' own failures must not chain to this one
             return self._fall_back(st, part, fns, vals, leaves, tree, key, failure)
+        if any(map(values.live, leaves_in_order(outs))):  # the program would give the trace's one object on every call
+            return self._live_values(st, part, fns, vals, leaves, tree, key, outs, part.outs, "makes")
         if entry.symbolic:
             self._add_variant(part, tree, key, leaves, entry)
         else:
@@ -811,16 +826,48 @@ class DispatchHost:
         n = part.stop - part.first
         if n == 1:
             part.host_reason = values.describe_failure(exc)
-            part.cache[key] = EAGER
-            outs, new_attrs = self._eager(st.spec, part, fns, leaves, tree)
-            if self.attrs.slots:
-                self.attrs.write(new_attrs)
-            return outs
+            return self._on_host(st, part, fns, leaves, tree, key)
         # split where it failed (the statement in the traceback), else in halves, and run the pieces
         k = values.failing_statement(exc, fns[part.first:part.stop])
         cuts = [part.first, part.first + k, part.first + k + 1, part.stop] if k is not None \
             else [part.first, part.first + n // 2, part.stop]
         return self._split(st, part, fns, vals, cuts)
+
+    def _on_host(self, st: RegionState, part: Part, fns: Sequence[Callable], leaves: list, tree: Any,
+                 key: Any) -> tuple:
+        part.cache[key] = EAGER
+        outs, new_attrs = self._eager(st.spec, part, fns, leaves, tree)
+        if self.attrs.slots:
+            self.attrs.write(new_attrs)
+        return outs
+
+    def _live_values(self, st: RegionState, part: Part, fns: Sequence[Callable], vals: tuple, leaves: list,
+                     tree: Any, key: Any, named: Sequence[Any], names: Sequence[str], verb: str) -> tuple:
+        """A part that reads (`verb`) or makes an iterator or dict view (`values.live`) among the
+        values `named` of `names`: each statement that does runs on the host, in torch (its JAX ops
+        could stop half way and be run again, reading the iterator twice), and the rest as usual.
+        So a partly consumed iterator goes on where Python left it, and no key holds its id."""
+        reason = f"it {verb} a Python iterator or dict view, which a compiled program could only hold as a constant"
+        if st.spec.kind == "island":  # its host version runs the statements as Python
+            part.host_reason = reason
+            raise _IslandFailed()
+        held = {n for n, v in zip(names, named) if any(map(values.live, leaves_in_order(v)))}
+        sts = st.spec.statements
+        at = [i for i in range(part.first, part.stop) if held & set(sts[i].ins if verb == "reads" else sts[i].outs)]
+        if part.stop - part.first == 1 or not at:
+            part.host_reason, part.in_torch = reason, reason
+            return self._on_host(st, part, fns, leaves, tree, key)
+        return self._split(st, part, fns, vals, sorted({part.first, part.stop, *at, *(i + 1 for i in at)}))
+
+    def _only_moves(self, spec: RegionSpec, part: Part, fns: Sequence[Callable], leaves: list, tree: Any) -> bool:
+        """Whether the part only moves its arrays here (`carried.only_moves`) and changes no module attribute."""
+        before = self.attrs.snapshot()
+        try:
+            with _land(True), torch.no_grad():
+                moves = only_moves(self._body(spec, part, fns), leaves, tree)
+            return moves and not self.attrs.changed(before)
+        finally:
+            self.attrs.restore(before)
 
     def _split(self, st: RegionState, part: Part, fns: Sequence[Callable], vals: tuple, cuts: list[int]) -> tuple:
         """Replace `part` by its pieces between `cuts` for good, and run them."""

@@ -2,6 +2,7 @@
 statements, and the classification of why a region could not be compiled."""
 from __future__ import annotations
 
+import collections.abc
 import re
 import types
 from typing import Any, Sequence
@@ -76,6 +77,8 @@ def leaf_key(v: Any) -> Any:
         return ("method", v.__func__, id(v.__self__))
     if isinstance(v, tuple):  # namedtuples and the like that pytree did not open
         return (t, tuple(map(leaf_key, v)))
+    if live(v):  # never a compiled program's constant (DispatchHost._first_call): its id says nothing
+        return ("live", t)
     try:
         hash(v)
     except TypeError:
@@ -83,6 +86,16 @@ def leaf_key(v: Any) -> Any:
     if t.__hash__ is object.__hash__:
         return ("id", id(v))
     return (t, v)
+
+
+_VIEWS = (type({}.keys()), type({}.values()), type({}.items()))
+
+
+def live(v: Any) -> bool:
+    """Whether `v` is an iterator (zip, enumerate, map, a generator...: reading it consumes it)
+    or a dict view (it follows its dict): a program cannot take or give it as a constant, and a
+    probe run cannot read it without changing what the real run sees."""
+    return isinstance(v, (collections.abc.Iterator, *_VIEWS))
 
 
 def call_key(vals: tuple, attrs: tuple | None) -> tuple[list, Any, tuple]:

@@ -5,7 +5,7 @@ import os
 from collections import Counter
 
 from dycl_jax.capture.export import StateEntry
-from dycl_jax.host.dispatch import DIRECT, Compiled, DispatchHost
+from dycl_jax.host.dispatch import CARRIED, DIRECT, Compiled, DispatchHost
 from dycl_jax.report.build import _op_name, _rewritten, _subnetwork, param_groups
 from dycl_jax.report.naming import NamedGraph, Value
 from dycl_jax.report.record import ConversionReport, HostNode
@@ -22,7 +22,7 @@ def _part_kind(spec, part) -> str:
         return "did not stage (host version runs)" if spec.kind == "island" else "host"
     if "Compiled" in kinds:
         return "staged island"
-    return "python" if kinds == {DIRECT} else "not run yet"
+    return "python" if kinds and kinds <= {DIRECT, CARRIED} else "not run yet"
 
 
 def _where(spec, part) -> str:

@@ -22,7 +22,7 @@ from dycl_jax import __version__
 from dycl_jax.emit.host_ops import numpy_statement
 from dycl_jax.emit.host_program import SHAPE_READS, HostProgram, host_program, plain_statement
 from dycl_jax.errors import DyclError, ExportCoverageWarning, Location
-from dycl_jax.host.dispatch import DIRECT, EAGER, Compiled, DispatchHost, Part
+from dycl_jax.host.dispatch import CARRIED, DIRECT, EAGER, Compiled, DispatchHost, Part
 from dycl_jax.lower.decision_log import DecisionLog
 from dycl_jax.lower.dtypes import to_jax_dtype
 from dycl_jax.lower.int_ranges import int_scope
@@ -158,7 +158,7 @@ class _Writer:
         fname = self.program.region_fn[rid]
         if on_host and part.in_torch is None and not set(part.jax_ops) <= _ITEM_OPS:
             out["numpy"] = self.numpy_part(spec, rid, k, part, fname, where)
-        elif on_host or DIRECT in kinds:
+        elif on_host or kinds & {DIRECT, CARRIED}:  # (carried: statements that only move arrays)
             why = part.in_torch if on_host and part.in_torch else None
             why = why or plain_statement(spec, part.first, part.stop, self.program, fname, on_host)
             if why is not None:
