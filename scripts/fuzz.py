@@ -63,9 +63,15 @@ class _Gen:
     outs (list of 0-d floats). With `sub`, the body of a submodule's own forward: only h, and its
     own layer `self.lin`."""
 
-    def __init__(self, rng: random.Random, sub: bool = False) -> None:
+    def __init__(self, rng: random.Random, sub: bool = False, extra: random.Random | None = None) -> None:
         self.rng = rng
         self.sub = sub
+        # the view/list-alias/dict features draw from their own stream, so every program that
+        # does not use them is the one the seed made before they existed
+        self.extra = extra
+        self.view = extra.choice([None, None, "v[0]", "v[:, 1:]", "v.view(-1)", "v.transpose(0, 1)"]) if extra else None
+        self.listed = bool(extra and extra.random() < 0.25)  # `xs = [v]`, updated through `xs[0]`
+        self.as_dict = bool(extra and extra.random() < 0.25)  # forward returns a dict
         self.loop_vars = 0
         self.calls_sub = False  # a submodule with its own dynamic branches is called
         self.half = False  # some values go through float16
@@ -132,12 +138,36 @@ class _Gen:
             j = r.randrange(WIDTH)
             return r.choice([  # in-place updates through an alias (`a` is the first `v`) or of `v` itself
                 "a.mul_(0.5)", "v.add_(h)", f"a[0, {j}] = h[1, {j}]", f"v[:, {j}] += 1.0", "a.clamp_(-2.0, 2.0)",
-            ])
+            ]) if not self._later_update() else self._later_update_statement(j)
         self.calls_sub = True
         return "h = self.sub(h)"
 
+    def _later_update(self) -> bool:
+        return bool(self.extra and (self.view or self.listed) and self.extra.random() < 0.6)
+
+    def _later_update_statement(self, j: int) -> str:
+        """An update that a view `w` of the first `v` (or the list `xs` holding it) must see, or
+        one made through them that `a` and `v` must see."""
+        forms = ["a.add_(h)", "a.mul_(0.5)", f"a[0, {j}] = h[1, {j}]"]
+        if self.view:
+            forms += ["w.mul_(2.0)", "w += 1.0"]
+        if self.listed:
+            forms += ["xs[0].add_(h)", "xs[0][1, 0] = h[0, 0]"]
+        return self.extra.choice(forms)  # type: ignore[union-attr]
+
+    def outputs(self) -> str:
+        """What forward returns (after `return`): a tuple, or a dict of the same values."""
+        values = {"y": "h * 2.0", "s": "s", "cnt": "cnt", "n": "len(outs)", "a": "a"}
+        if self.view:
+            values["w"] = "w * 1.0"
+        if self.listed:
+            values["x0"] = "xs[0] + 0.0"
+        if self.as_dict:
+            return "{" + ", ".join(f"{k!r}: {v}" for k, v in values.items()) + "}"
+        return ", ".join(values.values())
+
     def ret(self) -> str:
-        return "return h * 2.0" if self.sub else "return h * 2.0, s, cnt, len(outs), a"
+        return "return h * 2.0" if self.sub else f"return {self.outputs()}"
 
     def block(self, depth: int, in_loop: bool, n: int | None = None) -> list[str]:
         r = self.rng
@@ -191,11 +221,13 @@ def _indent(lines: list[str]) -> list[str]:
 def program(seed: int) -> str:
     """The source of module class `Fuzzed` (and of its submodule `Sub`) for this seed."""
     rng = random.Random(seed)
-    gen, sub = _Gen(rng), _Gen(rng, sub=True)
+    gen, sub = _Gen(rng, extra=random.Random(f"views-{seed}")), _Gen(rng, sub=True)
     body = ["v = h * 0.5", "a = v", "s = 0", "cnt = torch.zeros((), dtype=torch.long)", "outs = []"]
+    body += [f"w = {gen.view}"] if gen.view else []
+    body += ["xs = [v]"] if gen.listed else []
     body += gen.block(0, False, n=gen.rng.randint(2, 5))
-    body += ["total = torch.stack(outs).sum() if outs else h.sum() * 0.0",
-             "return h + total, s, cnt, len(outs), a"]
+    final = gen.outputs().replace("h * 2.0", "h + total", 1)
+    body += ["total = torch.stack(outs).sum() if outs else h.sum() * 0.0", f"return {final}"]
     sub_body = ["h = self.lin(h)"] + sub.block(1, False, n=2) + ["return h"]
     layers = [f"        self.l{k} = nn.Linear({WIDTH}, {WIDTH})" for k in range(N_LAYERS)]
     return "\n".join([
@@ -245,7 +277,14 @@ def _tolerance(source: str) -> float:
     return HALF_TOL if ".half()" in source else RTOL
 
 
-def _same(want: Any, got: Any, tol: float = RTOL) -> str | None:
+def _same(want: Any, got: Any, tol: float = RTOL, ordered: bool = True) -> str | None:
+    """`ordered=False`: a dict's keys may come in another order (`jax.jit` rebuilds a returned
+    dict in sorted key order, whatever the function returned), its values are still compared by key."""
+    if isinstance(want, dict) and isinstance(got, dict) and not ordered and set(got) == set(want):
+        got = {k: got[k] for k in want}
+    if isinstance(want, dict) and (not isinstance(got, dict) or list(got) != list(want)):
+        keys = list(got) if isinstance(got, dict) else None
+        return f"a {type(got).__name__} with keys {keys}, torch has {list(want)}"
     w_leaves, g_leaves = _leaves(want), _leaves(got)
     if len(w_leaves) != len(g_leaves):
         return f"{len(g_leaves)} outputs, torch has {len(w_leaves)}"
@@ -263,6 +302,8 @@ def _same(want: Any, got: Any, tol: float = RTOL) -> str | None:
 
 
 def _leaves(x: Any) -> list[Any]:
+    if isinstance(x, dict):
+        return [leaf for v in x.values() for leaf in _leaves(v)]
     if isinstance(x, (tuple, list)):
         return [leaf for v in x for leaf in _leaves(v)]
     return [x]
@@ -270,8 +311,9 @@ def _leaves(x: Any) -> list[Any]:
 
 def _features(source: str) -> set:
     main = source.split("class Fuzzed", 1)[-1]
-    marks = {"float16": (".half()",), "alias": ("a.mul_", "a.clamp_", "a[0"), "inplace": ("v.add_", "v[:"),
-             "submodule": ("self.sub(",)}
+    marks = {"float16": (".half()",), "alias": ("a.mul_", "a.clamp_", "a[0", "a.add_"), "inplace": ("v.add_", "v[:"),
+             "submodule": ("self.sub(",), "view": ("w = v",), "list alias": ("xs[0].", "xs[0]["),
+             "dict": ("return {",)}
     return {k for k, ms in marks.items() if any(m in main for m in ms)}
 
 
@@ -367,7 +409,7 @@ def _compare(seed: int, model: torch.nn.Module, jm: Any, ins: list[tuple[int, tu
     for n, ((k, a), w) in enumerate(zip(ins, expected)):
         if jm.host == "dispatch" and n >= APPLY_DISPATCH_INPUTS:
             break
-        diff = _same(w, apply(state, *[jnp.asarray(t.numpy()) for t in a]), tol)
+        diff = _same(w, apply(state, *[jnp.asarray(t.numpy()) for t in a]), tol, ordered=jm.host != "staged")
         if diff:
             return out("bug", f"jm.apply, input {k}: {diff}")
     return out("match", paths=paths)
@@ -425,7 +467,7 @@ def summary(results: list[Outcome]) -> str:
              f"invalid (torch fails), {kinds['numeric']} rounding-sensitive (a decision or tie on a float "
              f"threshold), {kinds['bug']} bugs",
              f"paths covered: {paths} distinct decision traces over the matching programs' inputs"]
-    for feat in ("float16", "alias", "inplace", "submodule"):
+    for feat in ("float16", "alias", "inplace", "submodule", "view", "list alias", "dict"):
         with_it = [r for r in results if feat in r.features]
         lines.append(f"  with {feat}: {len(with_it)} programs, {sum(r.kind == 'match' for r in with_it)} match, "
                      f"{sum(r.kind == 'refused' for r in with_it)} refused, {sum(r.kind == 'bug' for r in with_it)} bugs")
