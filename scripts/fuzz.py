@@ -9,7 +9,10 @@ branches, and a random `forward` built from control flow on tensor values (neste
 if/elif/else, early returns inside loops, break/continue in static `for` loops, bounded
 tensor-conditioned `while`), Python counters beside tensor counters, int64 index arithmetic,
 Python lists appended on some paths, `and`/`or` in tests, float16 blocks, and in-place updates
-through an alias (`a = v`, then `a.mul_(...)`, `v[:, j] += 1`). The oracle converts it with
+through an alias (`a = v`, then `a.mul_(...)`, `v[:, j] += 1`). Campaigns (not `--plain`, and
+not tests/test_fuzz.py's fixed seeds) add views of the first `v` (`w = v[0]`, `v[:, 1:]`,
+`.view`, `.transpose`), a list holding it (`xs = [v]`), later in-place updates through any of
+these names, and dict outputs. The oracle converts it with
 `host="auto"` and compares `jm(x)`, `jm.trace(x)` (outputs, and decisions exactly with the
 rewritten torch program's) and `jm.apply(state, x)` with the ORIGINAL module on inputs at
 several scales and signs (so predicates go both ways): floats within 1e-4 (2e-2 with float16
@@ -24,6 +27,7 @@ import contextlib
 import copy
 import io
 import random
+import signal
 import sys
 import time
 import traceback
@@ -218,10 +222,12 @@ def _indent(lines: list[str]) -> list[str]:
     return ["    " + ln for ln in lines]
 
 
-def program(seed: int) -> str:
-    """The source of module class `Fuzzed` (and of its submodule `Sub`) for this seed."""
+def program(seed: int, extended: bool = False) -> str:
+    """The source of module class `Fuzzed` (and of its submodule `Sub`) for this seed; with
+    `extended`, also views of `v`, a list holding it and dict outputs (the campaigns' default;
+    off, the programs tests/test_fuzz.py's fixed seeds were chosen on)."""
     rng = random.Random(seed)
-    gen, sub = _Gen(rng, extra=random.Random(f"views-{seed}")), _Gen(rng, sub=True)
+    gen, sub = _Gen(rng, extra=random.Random(f"views-{seed}") if extended else None), _Gen(rng, sub=True)
     body = ["v = h * 0.5", "a = v", "s = 0", "cnt = torch.zeros((), dtype=torch.long)", "outs = []"]
     body += [f"w = {gen.view}"] if gen.view else []
     body += ["xs = [v]"] if gen.listed else []
@@ -312,7 +318,7 @@ def _leaves(x: Any) -> list[Any]:
 def _features(source: str) -> set:
     main = source.split("class Fuzzed", 1)[-1]
     marks = {"float16": (".half()",), "alias": ("a.mul_", "a.clamp_", "a[0", "a.add_"), "inplace": ("v.add_", "v[:"),
-             "submodule": ("self.sub(",), "view": ("w = v",), "list alias": ("xs[0].", "xs[0]["),
+             "submodule": ("self.sub(",), "view": ("w = v",), "list alias": ("xs = [v]",),
              "dict": ("return {",)}
     return {k for k, ms in marks.items() if any(m in main for m in ms)}
 
@@ -341,12 +347,13 @@ def _flip(model: torch.nn.Module, jm: Any, args: tuple, tol: float) -> str | Non
     return None
 
 
-def check(seed: int, folder: Path, source: str | None = None, only: Sequence[int] | None = None) -> Outcome:
+def check(seed: int, folder: Path, source: str | None = None, only: Sequence[int] | None = None,
+          extended: bool = False) -> Outcome:
     """Convert the seed's module (or `source`) and compare with the ORIGINAL torch module on every
     input: `jm(x)`, `jm.trace(x)` (outputs, and decisions exactly against the rewritten torch
     program's) and `jm.apply(state, x)`. `only`: the indices of `inputs(seed)` to compare on (a
     saved finding's failing inputs and one per path); the conversion takes input 0 either way."""
-    source = source if source is not None else program(seed)
+    source = source if source is not None else program(seed, extended)
     model = build(seed, folder, source)
     ins, tol, features = inputs(seed), _tolerance(source), _features(source)
     picked = list(range(len(ins))) if only is None else sorted(set(only))
@@ -446,15 +453,18 @@ def _xla_tanh():
         torch.tanh = real
 
 
-def campaign(seeds: list[int], folder: Path, deadline: float | None = None, verbose: bool = True) -> list[Outcome]:
-    results = []
+def campaign(seeds: list[int], folder: Path, deadline: float | None = None, verbose: bool = True,
+             results: list[Outcome] | None = None, extended: bool = True) -> list[Outcome]:
+    """Check each seed until `deadline`, appending to `results` (so a caller stopped midway still
+    has the programs checked so far)."""
+    results = [] if results is None else results
     for seed in seeds:
         if deadline is not None and time.time() > deadline:
             break
-        out = check(seed, folder)
+        out = check(seed, folder, extended=extended)
         results.append(out)
         if verbose and out.kind == "bug":
-            print(f"--- BUG seed {seed} ({out.host}): {out.detail}\n{program(seed)}", flush=True)
+            print(f"--- BUG seed {seed} ({out.host}): {out.detail}\n{program(seed, extended)}", flush=True)
     return results
 
 
@@ -482,21 +492,31 @@ def main() -> None:
     ap.add_argument("--seeds", default="0:50", help="a:b, the seed range")
     ap.add_argument("--minutes", type=float, default=None, help="run from a random start until this much time passed")
     ap.add_argument("--show", type=int, default=None, help="print the program of one seed")
+    ap.add_argument("--plain", action="store_true", help="without views, list aliases and dict outputs")
     ap.add_argument("--dir", default=None, help="where the generated module files go (default: a temp dir)")
     args = ap.parse_args()
     if args.show is not None:
-        print(program(args.show))
+        print(program(args.show, not args.plain))
         return
     import tempfile
     folder = Path(args.dir or tempfile.mkdtemp(prefix="dycl_fuzz_"))
     folder.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(1)
+    results: list[Outcome] = []
+
+    def stopped(signum: int, _frame: Any) -> None:  # `timeout` ended a program midway: count the rest
+        print(f"stopped by signal {signum} while checking a program; the programs checked before it:")
+        print(summary(results), flush=True)
+        sys.exit(1)
+
+    signal.signal(signal.SIGTERM, stopped)
     if args.minutes is not None:
         start = random.randrange(10**6, 10**9)
-        results = campaign(list(range(start, start + 10**6)), folder, time.time() + 60 * args.minutes)
+        campaign(list(range(start, start + 10**6)), folder, time.time() + 60 * args.minutes, results=results,
+                 extended=not args.plain)
     else:
         a, b = (int(v) for v in args.seeds.split(":"))
-        results = campaign(list(range(a, b)), folder)
+        campaign(list(range(a, b)), folder, results=results, extended=not args.plain)
     print(summary(results))
     bugs = [r.seed for r in results if r.kind == "bug"]
     if bugs:
