@@ -9,7 +9,10 @@ branches, and a random `forward` built from control flow on tensor values (neste
 if/elif/else, early returns inside loops, break/continue in static `for` loops, bounded
 tensor-conditioned `while`), Python counters beside tensor counters, int64 index arithmetic,
 Python lists appended on some paths, `and`/`or` in tests, float16 blocks, and in-place updates
-through an alias (`a = v`, then `a.mul_(...)`, `v[:, j] += 1`). The oracle converts it with
+through an alias (`a = v`, then `a.mul_(...)`, `v[:, j] += 1`). Campaigns (not `--plain`, and
+not tests/test_fuzz.py's fixed seeds) add views of the first `v` (`w = v[0]`, `v[:, 1:]`,
+`.view`, `.transpose`), a list holding it (`xs = [v]`), later in-place updates through any of
+these names, and dict outputs. The oracle converts it with
 `host="auto"` and compares `jm(x)`, `jm.trace(x)` (outputs, and decisions exactly with the
 rewritten torch program's) and `jm.apply(state, x)` with the ORIGINAL module on inputs at
 several scales and signs (so predicates go both ways): floats within 1e-4 (2e-2 with float16
@@ -24,6 +27,7 @@ import contextlib
 import copy
 import io
 import random
+import signal
 import sys
 import time
 import traceback
@@ -63,9 +67,15 @@ class _Gen:
     outs (list of 0-d floats). With `sub`, the body of a submodule's own forward: only h, and its
     own layer `self.lin`."""
 
-    def __init__(self, rng: random.Random, sub: bool = False) -> None:
+    def __init__(self, rng: random.Random, sub: bool = False, extra: random.Random | None = None) -> None:
         self.rng = rng
         self.sub = sub
+        # the view/list-alias/dict features draw from their own stream, so every program that
+        # does not use them is the one the seed made before they existed
+        self.extra = extra
+        self.view = extra.choice([None, None, "v[0]", "v[:, 1:]", "v.view(-1)", "v.transpose(0, 1)"]) if extra else None
+        self.listed = bool(extra and extra.random() < 0.25)  # `xs = [v]`, updated through `xs[0]`
+        self.as_dict = bool(extra and extra.random() < 0.25)  # forward returns a dict
         self.loop_vars = 0
         self.calls_sub = False  # a submodule with its own dynamic branches is called
         self.half = False  # some values go through float16
@@ -132,12 +142,36 @@ class _Gen:
             j = r.randrange(WIDTH)
             return r.choice([  # in-place updates through an alias (`a` is the first `v`) or of `v` itself
                 "a.mul_(0.5)", "v.add_(h)", f"a[0, {j}] = h[1, {j}]", f"v[:, {j}] += 1.0", "a.clamp_(-2.0, 2.0)",
-            ])
+            ]) if not self._later_update() else self._later_update_statement(j)
         self.calls_sub = True
         return "h = self.sub(h)"
 
+    def _later_update(self) -> bool:
+        return bool(self.extra and (self.view or self.listed) and self.extra.random() < 0.6)
+
+    def _later_update_statement(self, j: int) -> str:
+        """An update that a view `w` of the first `v` (or the list `xs` holding it) must see, or
+        one made through them that `a` and `v` must see."""
+        forms = ["a.add_(h)", "a.mul_(0.5)", f"a[0, {j}] = h[1, {j}]"]
+        if self.view:
+            forms += ["w.mul_(2.0)", "w += 1.0"]
+        if self.listed:
+            forms += ["xs[0].add_(h)", "xs[0][1, 0] = h[0, 0]"]
+        return self.extra.choice(forms)  # type: ignore[union-attr]
+
+    def outputs(self) -> str:
+        """What forward returns (after `return`): a tuple, or a dict of the same values."""
+        values = {"y": "h * 2.0", "s": "s", "cnt": "cnt", "n": "len(outs)", "a": "a"}
+        if self.view:
+            values["w"] = "w * 1.0"
+        if self.listed:
+            values["x0"] = "xs[0] + 0.0"
+        if self.as_dict:
+            return "{" + ", ".join(f"{k!r}: {v}" for k, v in values.items()) + "}"
+        return ", ".join(values.values())
+
     def ret(self) -> str:
-        return "return h * 2.0" if self.sub else "return h * 2.0, s, cnt, len(outs), a"
+        return "return h * 2.0" if self.sub else f"return {self.outputs()}"
 
     def block(self, depth: int, in_loop: bool, n: int | None = None) -> list[str]:
         r = self.rng
@@ -188,14 +222,18 @@ def _indent(lines: list[str]) -> list[str]:
     return ["    " + ln for ln in lines]
 
 
-def program(seed: int) -> str:
-    """The source of module class `Fuzzed` (and of its submodule `Sub`) for this seed."""
+def program(seed: int, extended: bool = False) -> str:
+    """The source of module class `Fuzzed` (and of its submodule `Sub`) for this seed; with
+    `extended`, also views of `v`, a list holding it and dict outputs (the campaigns' default;
+    off, the programs tests/test_fuzz.py's fixed seeds were chosen on)."""
     rng = random.Random(seed)
-    gen, sub = _Gen(rng), _Gen(rng, sub=True)
+    gen, sub = _Gen(rng, extra=random.Random(f"views-{seed}") if extended else None), _Gen(rng, sub=True)
     body = ["v = h * 0.5", "a = v", "s = 0", "cnt = torch.zeros((), dtype=torch.long)", "outs = []"]
+    body += [f"w = {gen.view}"] if gen.view else []
+    body += ["xs = [v]"] if gen.listed else []
     body += gen.block(0, False, n=gen.rng.randint(2, 5))
-    body += ["total = torch.stack(outs).sum() if outs else h.sum() * 0.0",
-             "return h + total, s, cnt, len(outs), a"]
+    final = gen.outputs().replace("h * 2.0", "h + total", 1)
+    body += ["total = torch.stack(outs).sum() if outs else h.sum() * 0.0", f"return {final}"]
     sub_body = ["h = self.lin(h)"] + sub.block(1, False, n=2) + ["return h"]
     layers = [f"        self.l{k} = nn.Linear({WIDTH}, {WIDTH})" for k in range(N_LAYERS)]
     return "\n".join([
@@ -245,7 +283,14 @@ def _tolerance(source: str) -> float:
     return HALF_TOL if ".half()" in source else RTOL
 
 
-def _same(want: Any, got: Any, tol: float = RTOL) -> str | None:
+def _same(want: Any, got: Any, tol: float = RTOL, ordered: bool = True) -> str | None:
+    """`ordered=False`: a dict's keys may come in another order (`jax.jit` rebuilds a returned
+    dict in sorted key order, whatever the function returned), its values are still compared by key."""
+    if isinstance(want, dict) and isinstance(got, dict) and not ordered and set(got) == set(want):
+        got = {k: got[k] for k in want}
+    if isinstance(want, dict) and (not isinstance(got, dict) or list(got) != list(want)):
+        keys = list(got) if isinstance(got, dict) else None
+        return f"a {type(got).__name__} with keys {keys}, torch has {list(want)}"
     w_leaves, g_leaves = _leaves(want), _leaves(got)
     if len(w_leaves) != len(g_leaves):
         return f"{len(g_leaves)} outputs, torch has {len(w_leaves)}"
@@ -263,6 +308,8 @@ def _same(want: Any, got: Any, tol: float = RTOL) -> str | None:
 
 
 def _leaves(x: Any) -> list[Any]:
+    if isinstance(x, dict):
+        return [leaf for v in x.values() for leaf in _leaves(v)]
     if isinstance(x, (tuple, list)):
         return [leaf for v in x for leaf in _leaves(v)]
     return [x]
@@ -270,8 +317,9 @@ def _leaves(x: Any) -> list[Any]:
 
 def _features(source: str) -> set:
     main = source.split("class Fuzzed", 1)[-1]
-    marks = {"float16": (".half()",), "alias": ("a.mul_", "a.clamp_", "a[0"), "inplace": ("v.add_", "v[:"),
-             "submodule": ("self.sub(",)}
+    marks = {"float16": (".half()",), "alias": ("a.mul_", "a.clamp_", "a[0", "a.add_"), "inplace": ("v.add_", "v[:"),
+             "submodule": ("self.sub(",), "view": ("w = v",), "list alias": ("xs = [v]",),
+             "dict": ("return {",)}
     return {k for k, ms in marks.items() if any(m in main for m in ms)}
 
 
@@ -299,12 +347,13 @@ def _flip(model: torch.nn.Module, jm: Any, args: tuple, tol: float) -> str | Non
     return None
 
 
-def check(seed: int, folder: Path, source: str | None = None, only: Sequence[int] | None = None) -> Outcome:
+def check(seed: int, folder: Path, source: str | None = None, only: Sequence[int] | None = None,
+          extended: bool = False) -> Outcome:
     """Convert the seed's module (or `source`) and compare with the ORIGINAL torch module on every
     input: `jm(x)`, `jm.trace(x)` (outputs, and decisions exactly against the rewritten torch
     program's) and `jm.apply(state, x)`. `only`: the indices of `inputs(seed)` to compare on (a
     saved finding's failing inputs and one per path); the conversion takes input 0 either way."""
-    source = source if source is not None else program(seed)
+    source = source if source is not None else program(seed, extended)
     model = build(seed, folder, source)
     ins, tol, features = inputs(seed), _tolerance(source), _features(source)
     picked = list(range(len(ins))) if only is None else sorted(set(only))
@@ -367,7 +416,7 @@ def _compare(seed: int, model: torch.nn.Module, jm: Any, ins: list[tuple[int, tu
     for n, ((k, a), w) in enumerate(zip(ins, expected)):
         if jm.host == "dispatch" and n >= APPLY_DISPATCH_INPUTS:
             break
-        diff = _same(w, apply(state, *[jnp.asarray(t.numpy()) for t in a]), tol)
+        diff = _same(w, apply(state, *[jnp.asarray(t.numpy()) for t in a]), tol, ordered=jm.host != "staged")
         if diff:
             return out("bug", f"jm.apply, input {k}: {diff}")
     return out("match", paths=paths)
@@ -404,15 +453,18 @@ def _xla_tanh():
         torch.tanh = real
 
 
-def campaign(seeds: list[int], folder: Path, deadline: float | None = None, verbose: bool = True) -> list[Outcome]:
-    results = []
+def campaign(seeds: list[int], folder: Path, deadline: float | None = None, verbose: bool = True,
+             results: list[Outcome] | None = None, extended: bool = True) -> list[Outcome]:
+    """Check each seed until `deadline`, appending to `results` (so a caller stopped midway still
+    has the programs checked so far)."""
+    results = [] if results is None else results
     for seed in seeds:
         if deadline is not None and time.time() > deadline:
             break
-        out = check(seed, folder)
+        out = check(seed, folder, extended=extended)
         results.append(out)
         if verbose and out.kind == "bug":
-            print(f"--- BUG seed {seed} ({out.host}): {out.detail}\n{program(seed)}", flush=True)
+            print(f"--- BUG seed {seed} ({out.host}): {out.detail}\n{program(seed, extended)}", flush=True)
     return results
 
 
@@ -425,7 +477,7 @@ def summary(results: list[Outcome]) -> str:
              f"invalid (torch fails), {kinds['numeric']} rounding-sensitive (a decision or tie on a float "
              f"threshold), {kinds['bug']} bugs",
              f"paths covered: {paths} distinct decision traces over the matching programs' inputs"]
-    for feat in ("float16", "alias", "inplace", "submodule"):
+    for feat in ("float16", "alias", "inplace", "submodule", "view", "list alias", "dict"):
         with_it = [r for r in results if feat in r.features]
         lines.append(f"  with {feat}: {len(with_it)} programs, {sum(r.kind == 'match' for r in with_it)} match, "
                      f"{sum(r.kind == 'refused' for r in with_it)} refused, {sum(r.kind == 'bug' for r in with_it)} bugs")
@@ -440,21 +492,31 @@ def main() -> None:
     ap.add_argument("--seeds", default="0:50", help="a:b, the seed range")
     ap.add_argument("--minutes", type=float, default=None, help="run from a random start until this much time passed")
     ap.add_argument("--show", type=int, default=None, help="print the program of one seed")
+    ap.add_argument("--plain", action="store_true", help="without views, list aliases and dict outputs")
     ap.add_argument("--dir", default=None, help="where the generated module files go (default: a temp dir)")
     args = ap.parse_args()
     if args.show is not None:
-        print(program(args.show))
+        print(program(args.show, not args.plain))
         return
     import tempfile
     folder = Path(args.dir or tempfile.mkdtemp(prefix="dycl_fuzz_"))
     folder.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(1)
+    results: list[Outcome] = []
+
+    def stopped(signum: int, _frame: Any) -> None:  # `timeout` ended a program midway: count the rest
+        print(f"stopped by signal {signum} while checking a program; the programs checked before it:")
+        print(summary(results), flush=True)
+        sys.exit(1)
+
+    signal.signal(signal.SIGTERM, stopped)
     if args.minutes is not None:
         start = random.randrange(10**6, 10**9)
-        results = campaign(list(range(start, start + 10**6)), folder, time.time() + 60 * args.minutes)
+        campaign(list(range(start, start + 10**6)), folder, time.time() + 60 * args.minutes, results=results,
+                 extended=not args.plain)
     else:
         a, b = (int(v) for v in args.seeds.split(":"))
-        results = campaign(list(range(a, b)), folder)
+        campaign(list(range(a, b)), folder, results=results, extended=not args.plain)
     print(summary(results))
     bugs = [r.seed for r in results if r.kind == "bug"]
     if bugs:

@@ -10,7 +10,7 @@ import torch
 import torch.nn as nn
 
 import dycl_jax
-from dycl_jax.errors import AliasedUpdateError
+from dycl_jax.errors import AliasedUpdateError, StagedAliasError
 
 XS = [torch.tensor([[0.5, -1.0, 2.0], [1.0, 0.25, -0.5]]), -torch.ones(2, 3), torch.ones(2, 3) * 2]
 
@@ -124,3 +124,84 @@ class ViewOfADeadTensor(nn.Module):
 
 def test_a_view_whose_base_no_name_holds_converts_on_the_dispatch_host():
     assert _matches_torch(ViewOfADeadTensor().eval(), XS[:2]).host == "dispatch"
+
+
+def _bump(t, n):
+    t.add_(n)
+
+
+class HelperUpdatesItsArgument(nn.Module):
+    """A host statement (a data-dependent count) passes `v` to a helper that updates it in place
+    and does not rebind `v`; `a` is the same tensor."""
+
+    def forward(self, h):
+        v = h * 0.5
+        a = v
+        _bump(v, float((h > 0).nonzero().shape[0]))
+        return v * 1.0, a * 1.0
+
+
+class MethodUpdatesARowOfItsArgument(nn.Module):
+    """The same through a method of the module, on a row of `v` (`self.scale(v[0], n)`)."""
+
+    def scale(self, t, n):
+        t.mul_(n)
+        return t
+
+    def forward(self, h):
+        v = h * 0.5
+        self.scale(v[0], float((h > 0).nonzero().shape[0]))
+        return (v * 1.0,)
+
+
+class OutArgument(nn.Module):
+    """`torch.add(v, n, out=v)` in a host statement: torch writes into `v`."""
+
+    def forward(self, h):
+        v = h * 0.5
+        torch.add(v, float((h > 0).nonzero().shape[0]), out=v)
+        return (v * 1.0,)
+
+
+@pytest.mark.parametrize("cls", [HelperUpdatesItsArgument, MethodUpdatesARowOfItsArgument, OutArgument])
+def test_an_update_inside_a_helper_call_or_out_reaches_the_name_on_the_dispatch_host(cls):
+    assert _matches_torch(cls().eval(), XS).host == "dispatch"
+
+
+class AliasMadeInsideTheBranch(nn.Module):
+    """`a = v` bound inside the converted branch, then `a.mul_`: `v` (read later) must change."""
+
+    def forward(self, h):
+        v = h * 0.5
+        if h.sum() > 0:
+            a = v
+            a.mul_(3.0)
+        else:
+            a = v * 1.0
+        return a * 1.0, v
+
+
+class HelperMethodInTheBranch(nn.Module):
+    """A helper method updates its argument in place inside the branch, and returns it."""
+
+    def bumped(self, t):
+        t.add_(1.0)
+        return t
+
+    def forward(self, h):
+        v = h * 0.5
+        a = v
+        if h.sum() > 0:
+            b = self.bumped(v)
+        return a * 1.0, v
+
+
+@pytest.mark.parametrize("cls,line", [(AliasMadeInsideTheBranch, "if h.sum() > 0:"),
+                                      (HelperMethodInTheBranch, "if h.sum() > 0:")])
+def test_an_update_the_staged_branch_cannot_see_is_refused_there_and_auto_matches_torch(cls, line):
+    with pytest.raises(StagedAliasError) as info:
+        dycl_jax.to_jax(cls().eval(), (XS[0].clone(),), host="staged")
+    loc = info.value.location
+    assert loc.file == __file__ and loc.code == line and "`v`" in str(info.value), info.value
+    assert 'host="dispatch"' in info.value.fix
+    assert _matches_torch(cls().eval(), XS).host == "dispatch"

@@ -162,3 +162,16 @@ def test_research_models_match_torch(cls, inputs, host, want_host):
     jm = dycl_jax.to_jax(model, inputs[0], host=host)
     assert jm.host == want_host
     _compare(model, jm, inputs, cls.__name__, staged_decisions=jm.host == "staged")
+
+
+def test_a_counter_of_a_loop_ended_by_an_item_break_is_refused_staged_at_the_break():
+    """The halting RNN's ponder count `n` (a Python int) is counted in a `while True` whose
+    `break` an `.item()` test decides: staged, it becomes a tensor, and `int(np.sum(steps))`
+    in the `return` needs its value. The refusal points at the `break`'s test and names `n`."""
+    model = _built(R.HaltingRNN)
+    with pytest.raises(DyclError) as info:
+        dycl_jax.to_jax(model, R.halting_inputs(1)[0], host="staged")
+    where = info.value.location
+    assert (where.file, where.code.strip()) == (R.__file__, "if p.item() > 0.5 or n >= self.max_ponder:")
+    assert "`n`" in str(info.value) and "int(np.sum(steps))" in str(info.value)
+    assert 'host="dispatch"' in info.value.fix

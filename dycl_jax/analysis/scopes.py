@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import ast
+import builtins
 from dataclasses import dataclass, field
 
 SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef, ast.ListComp, ast.SetComp,
@@ -95,6 +96,9 @@ class _Scanner(ast.NodeVisitor):
             # outs.append(y): the list is an output of a branch that appends to it (only a
             # local container called directly; `self.cache.update(...)` changes no local)
             self.acc.mutates.add(func.value.id)
+        for kw in node.keywords:  # torch.add(a, b, out=v): torch writes the result into v
+            if kw.arg == "out" and (base := _base_name(kw.value)):
+                self.acc.mutates.add(base)
         self.generic_visit(node)
 
     def visit_Global(self, node: ast.Global) -> None:
@@ -162,6 +166,28 @@ def access(*fragments: ast.AST | None) -> Access:
         if frag is not None:
             scanner.visit(frag)
     return scanner.acc
+
+
+def helper_arguments(node: ast.AST) -> set[str]:
+    """Names passed (as they are, or indexed: `v[0]`) to a call of a plain function name other
+    than a builtin (`bump(v, n)`) or of a method of `self`: the function may update the tensor in
+    place, which a statement that does not rebind `v` would lose. `torch.*` / `F.*` calls and
+    tensor methods are not helpers: their in-place forms end in `_` or take `out=`."""
+    found: set[str] = set()
+    for call in ast.walk(node):
+        if isinstance(call, ast.Call) and (isinstance(call.func, ast.Name) and call.func.id not in _BUILTINS
+                                           or isinstance(call.func, ast.Attribute) and _is_self(call.func.value)):
+            found |= {b for a in (*call.args, *(k.value for k in call.keywords))
+                      if isinstance(a, (ast.Name, ast.Subscript)) and (b := _base_name(a))}
+    return found
+
+
+def _is_self(node: ast.AST) -> bool:
+    """`self` (a method of the module: `self.bump(v)`, `self.layer(h)`)."""
+    return isinstance(node, ast.Name) and node.id == "self"
+
+
+_BUILTINS = frozenset(dir(builtins))
 
 
 def block_access(stmts: list[ast.stmt]) -> Access:

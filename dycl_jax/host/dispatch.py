@@ -586,8 +586,10 @@ class DispatchHost:
         except HostValueError as exc:
             st = spec.statements[part.first]
             raise DyclError(f"{os.path.basename(spec.file)}:{st.line}: {exc}", location=Location(spec.file, st.line, st.code),
-                            fix="assign the updated tensor to a name (e.g. `x = x.add(1)` or `x[i] = v` on a name the "
-                                "code reads later), or return it") from None
+                            fix="the converter returns every name the statement updates in place, passes to a "
+                                "helper function or method of the module, or names in `out=`; this update went "
+                                "elsewhere, which no conversion option (host=\"auto\", \"dispatch\" or \"staged\") "
+                                "keeps yet: please report it with this line") from None
         self.attrs.register(self.attrs.changed(before))
         return values.tree_to_jax(outs), values.tree_to_jax(self.attrs.read())
 

@@ -2,10 +2,13 @@
 located error `host="staged"` gives for a construct only the dispatch host can run."""
 from __future__ import annotations
 
+import ast
+import linecache
 import os
 import traceback
 
 from dycl_jax.errors import CaptureError, DyclError, Location, exception_chain
+from dycl_jax.rewrite import modes
 from dycl_jax.source import origins
 
 HOSTS = ("auto", "staged", "dispatch")
@@ -38,18 +41,57 @@ def dispatch_reason(exc: DyclError) -> str:
 
 def _summary(exc: DyclError) -> str:
     text = " ".join(str(exc.message if hasattr(exc, "message") else exc).split())
-    root = exception_chain(exc)[-1]
-    if isinstance(exc, CaptureError) and any(k in f"{type(root).__name__} {root}" for k in _DATA_DEPENDENT):
+    if _data_dependent(exc):
         return ("a tensor's value decides a shape or a Python value here (data-dependent), which one "
                 "XLA program cannot hold")
     return text[:400]
 
 
 def staged_refusal(exc: DyclError) -> DyclError:
-    """The located error for `host="staged"` when the method needs the dispatch host."""
+    """The located error for `host="staged"` when the method needs the dispatch host. Where a
+    Python value's use failed (data-dependent) after a tensor-decided loop made it a tensor (a
+    counter of a `while` with an `.item()`-decided `break`), the loop is the cause: the error
+    points at it and names the value."""
     loc = exc.location or user_location(exc)
     fix = 'convert with host="auto" (the default) or host="dispatch": that host runs this construct in Python'
     if exc.fix:
         fix = f"{exc.fix}; or {fix}"
-    err = type(exc)(f"the method cannot run as one staged XLA program: {_summary(exc)}", location=loc, fix=fix)
-    return err
+    summary = _summary(exc)
+    loops = [(site, names) for site, names in (modes.promoted() if _data_dependent(exc) and loc else [])
+             if site.file == loc.file and site.line < loc.line and _reaches(site.file, site.line, loc, names)]
+    if loops:
+        site, names = loops[0]
+        used = f" (used at {os.path.basename(loc.file)}:{loc.line} `{loc.code}`)" if loc else ""
+        summary = (f"{site.construct} decides on a tensor's value how long a loop runs, so the Python value "
+                   f"{', '.join(f'`{n}`' for n in names)} that the loop changes becomes a tensor, whose value one "
+                   f"XLA program cannot give to Python{used}")
+        loc = site.location or loc
+    return type(exc)(f"the method cannot run as one staged XLA program: {summary}", location=loc, fix=fix)
+
+
+def _reaches(file: str, start: int, loc: Location, names: tuple[str, ...]) -> bool:
+    """Whether the failing line `loc` reads one of `names`, or a name the lines from `start` to
+    it assign or append from them (`steps.append(n)`, then `int(np.sum(steps))`): a line-wise
+    approximation of the data flow, enough to tell the loop's counter from an unrelated failure."""
+    flow = set(names)
+    for line in range(start, loc.line + 1):
+        try:
+            tree = ast.parse(linecache.getline(file, line).strip())
+        except SyntaxError:  # a compound statement's header (`while True:`, `if ...:`)
+            continue
+        for node in ast.walk(tree):
+            reads = {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+            if line == loc.line and reads & flow:
+                return True
+            if isinstance(node, ast.Assign) and reads & flow:
+                flow |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                    and isinstance(node.func.value, ast.Name) and node.func.attr in ("append", "extend", "insert") \
+                    and reads & flow:
+                flow.add(node.func.value.id)
+    return False
+
+
+def _data_dependent(exc: DyclError) -> bool:
+    root = exception_chain(exc)[-1]
+    return isinstance(exc, CaptureError) and any(k in f"{type(root).__name__} {root}" for k in _DATA_DEPENDENT)

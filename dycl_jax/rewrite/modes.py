@@ -39,6 +39,10 @@ class _State:
     staging = 0
     dry = 0
     decisions: list[tuple[str, Any]] | None = None
+    # (site, names) per tensor-decided loop whose Python counters became tensors, since the
+    # outermost staging began: where a later `int(...)` of one fails, that loop is the cause
+    promoted: list[tuple[Site, tuple[str, ...]]] = []
+    decided: list[Site] = []  # tensor-decided constructs staged, in order (the cause `promoted` names)
 
 
 _S = _State()
@@ -61,6 +65,8 @@ def staging() -> Iterator[None]:
     from torch.fx.node import _side_effectful_functions
 
     added = [op for op in _control_flow_ops() if op not in _side_effectful_functions] if not _S.staging else []
+    if not _S.staging:
+        _S.promoted, _S.decided = [], []
     _side_effectful_functions.update(added)
     _S.staging += 1
     try:
@@ -68,6 +74,29 @@ def staging() -> Iterator[None]:
     finally:
         _S.staging -= 1
         _side_effectful_functions.difference_update(added)
+
+
+def note_decided(site: Site) -> None:
+    """A construct at `site` is staged with a tensor predicate."""
+    _S.decided.append(site)
+
+
+def decided_since(mark: int) -> list[Site]:
+    """The constructs `note_decided` saw after the first `mark` of them (those of a loop body)."""
+    return _S.decided[mark:]
+
+
+def note_promoted(site: Site, names: tuple[str, ...]) -> None:
+    """A staged loop at `site` carries the Python values `names` as tensors (their value now
+    depends on how many times a tensor test let the loop run, or on the test that breaks out of
+    it: `site` is that test where the loop's own test is a constant, `while True`)."""
+    if names:
+        _S.promoted.append((site, names))
+
+
+def promoted() -> list[tuple[Site, tuple[str, ...]]]:
+    """The loops `note_promoted` saw since the outermost staging began (the last conversion's)."""
+    return list(_S.promoted)
 
 
 @contextlib.contextmanager

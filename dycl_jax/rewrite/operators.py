@@ -289,7 +289,10 @@ def _choose(site: Site, candidates: list[tuple[int, Any]], fns: Sequence[Callabl
     sub = _subsite(site, [i for i, _ in candidates])
     if site.pad:  # a join of the method's return value in a method with an unrolled loop
         chosen = padding.prepare(site, chosen, exit_only)
+    if mode in ("staging", "dry"):
+        chosen = [_unowned_updates_refused(site, fn) for fn in chosen]
     if mode == "staging":
+        modes.note_decided(site)
         preds = [p for _, p in candidates[:-1]]
         plan, tensors = staged.choice(sub, preds, [i for i, _ in candidates], chosen, inputs, placeholders)
         _check_split_aliases(site, plan, inputs)
@@ -307,6 +310,30 @@ def _choose(site: Site, candidates: list[tuple[int, Any]], fns: Sequence[Callabl
     if plan.n_tensors:  # the staged program has a graph op here, and records its decision
         modes.record(site, taken == 0 if site.kind != "elif" else candidates[taken][0])
     return plan.normalize(padding.apply(pads, tuple(chosen[taken](*inputs))))
+
+
+def _unowned_updates_refused(site: Site, fn: Callable) -> Callable:
+    """`fn`, a path of a graph construct, refused where it updates in place an input tensor it
+    does not own (`own` copies those the analysis sees updated): an update the analysis missed
+    (through a name bound inside the path, or a helper method's `t.add_(1)` on its argument)
+    would be lost for every other name of the tensor. Located at the construct; the dispatch
+    host runs the branch in Python, where Python's aliasing holds (hence StagedAliasError)."""
+    def path(*inputs: Any) -> Any:
+        held = [(n, t, t._version) for n, x in zip(site.inputs, inputs)
+                for t in (x if type(x) in (list, tuple) else x.values() if type(x) is dict else (x,))
+                if isinstance(t, torch.Tensor)]
+        out = fn(*inputs)
+        for n, t, version in held:
+            if t._version != version:
+                raise StagedAliasError(
+                    f"{site.construct}: a path updates `{n}` in place where the converter cannot see it "
+                    "(through a name bound to it inside the branch, or inside a helper function or method "
+                    "that changes its argument); torch changes "
+                    f"`{n}` and every other name of that tensor, a converted branch would lose the update",
+                    location=site.location,
+                    fix='convert with host="dispatch" (or "auto", the default), which runs this branch in Python')
+        return out
+    return path
 
 
 def _dry_plan(site: Site, sub: Site, chosen: list[Callable], inputs: tuple, placeholders: str) -> tuple:

@@ -22,7 +22,7 @@ from torch.fx.experimental.proxy_tensor import disable_proxy_modes_tracing
 from torch.utils._mode_utils import no_dispatch
 
 from dycl_jax.errors import DyclError, raised_by_us
-from dycl_jax.rewrite import constants, lazy_state, lifting, names, padding, plan as plans, state_writes
+from dycl_jax.rewrite import constants, lazy_state, lifting, modes, names, padding, plan as plans, state_writes
 from dycl_jax.rewrite.sites import Site
 
 
@@ -250,6 +250,7 @@ def loop(site: Site, test_fn: Callable, body_fn: Callable, carry: tuple, invaria
     plan: plans.Plan | None = None
     outs: list[Any] = []
     current = carry
+    mark = len(modes.decided_since(0))
     for _ in range(4):
         with disable_proxy_modes_tracing():  # distinct example tensors: the carry owns its operands
             example = pytree.tree_map_only(torch.Tensor, torch.clone, current)
@@ -265,6 +266,7 @@ def loop(site: Site, test_fn: Callable, body_fn: Callable, carry: tuple, invaria
                             f"{type(exc).__name__}: {exc}", location=site.location,
                             fix="keep values the loop changes usable as tensors (e.g. no list indexing with "
                             "a loop counter), or make the loop condition a Python value") from exc
+        inner = modes.decided_since(mark)
         outs.append(body.values)
         plan = plans.build(site, [carry, *outs], "all", constants=False, merge=False)
         settled = plan.kinds() == plans.kinds(current)
@@ -275,6 +277,11 @@ def loop(site: Site, test_fn: Callable, body_fn: Callable, carry: tuple, invaria
     else:
         raise DyclError(f"{site.construct}: its variables keep changing type from one iteration to the next",
                         location=site.location, fix="give every loop variable a tensor value before the loop")
+    # the test that ends the loop: its own, or (`while True`) the first tensor test in its body
+    cause = next(iter(inner), site) if site.code.strip().startswith("while True") else site
+    modes.note_promoted(cause, tuple(n for n, v, var in zip(site.names, carry, plan.vars)
+                                    if not isinstance(v, torch.Tensor) and isinstance(v, (int, float, bool))
+                                    and var.spec is not None and any(not leaf.const for leaf in var.leaves)))
     init = plan.flatten(carry, clone=False)
     if not init:
         raise DyclError(f"{site.construct}: the condition is a tensor but the loop changes no tensor",

@@ -16,7 +16,7 @@ import itertools
 from collections import Counter
 from typing import Callable
 
-from dycl_jax.analysis.scopes import Access, access, function_locals, param_names
+from dycl_jax.analysis.scopes import Access, access, function_locals, helper_arguments, param_names
 from dycl_jax.rewrite.appends import appended, copied, rebound
 from dycl_jax.rewrite.converters.branches import liveness
 from dycl_jax.rewrite.converters.logical import _Logical, truth
@@ -446,6 +446,9 @@ class _Splitter:
         run_reads: Counter = Counter()
         for s in run:
             acc = access(s)
+            # a helper may update an argument in place: the statement returns it, so the update
+            # reaches the name (the host holds arrays; a name not returned would keep the old one)
+            acc.mutates |= helper_arguments(s) & acc.reads & self.locals
             reads = set(acc.reads | acc.mutates)
             if isinstance(s, ast.AugAssign) and isinstance(s.target, ast.Name):
                 reads.add(s.target.id)
