@@ -169,17 +169,21 @@ def access(*fragments: ast.AST | None) -> Access:
 
 
 def helper_arguments(node: ast.AST) -> set[str]:
-    """Names passed (as they are, or indexed: `v[0]`) to a call of a plain function name other
-    than a builtin (`bump(v, n)`) or of a method of `self`: the function may update the tensor in
-    place, which a statement that does not rebind `v` would lose. `torch.*` / `F.*` calls and
-    tensor methods are not helpers: their in-place forms end in `_` or take `out=`."""
-    found: set[str] = set()
-    for call in ast.walk(node):
-        if isinstance(call, ast.Call) and (isinstance(call.func, ast.Name) and call.func.id not in _BUILTINS
-                                           or isinstance(call.func, ast.Attribute) and _is_self(call.func.value)):
-            found |= {b for a in (*call.args, *(k.value for k in call.keywords))
-                      if isinstance(a, (ast.Name, ast.Subscript)) and (b := _base_name(a))}
-    return found
+    """Names passed (as they are, or indexed: `v[0]`) to a call made for its effect: a statement
+    that is only a call (its value unused) of a plain function name other than a builtin
+    (`bump(v, n)`) or of a method of `self` (`self.scale(v[0], n)`). Such a function may update
+    the tensor in place, which a statement that does not rebind `v` would lose. A call whose
+    value is used (`h = self.layer(x)`) is not one: the region would return every argument of
+    every layer call. `torch.*` / `F.*` calls and tensor methods are not helpers: their in-place
+    forms end in `_` or take `out=`."""
+    if not (isinstance(node, ast.Expr) and isinstance(node.value, ast.Call)):
+        return set()
+    call = node.value
+    if not (isinstance(call.func, ast.Name) and call.func.id not in _BUILTINS
+            or isinstance(call.func, ast.Attribute) and _is_self(call.func.value)):
+        return set()
+    return {b for a in (*call.args, *(k.value for k in call.keywords))
+            if isinstance(a, (ast.Name, ast.Subscript)) and (b := _base_name(a))}
 
 
 def _is_self(node: ast.AST) -> bool:

@@ -13,6 +13,20 @@ from dycl_jax.host import values
 from dycl_jax.rewrite.plan import Undefined
 
 
+class StandUsed(TypeError):
+    """A stand-in's value or type was read: the part does more than move arrays."""
+
+
+def _from_stand(exc: BaseException | None) -> bool:
+    """Whether `exc` is, or was raised while handling, a stand-in's refusal."""
+    seen = 0
+    while exc is not None and seen < 16:
+        if isinstance(exc, StandUsed):
+            return True
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return False
+
+
 class Stand:
     """Stands for an array leaf while a part runs as Python: every use of its value (an operator,
     an attribute, its type by isinstance, truth, equality, printing, copying) raises, so a run
@@ -26,10 +40,10 @@ class Stand:
     @property
     def __class__(self) -> type:  # type: ignore[override]
         # `isinstance(v, torch.Tensor)` would be False here and True in a capture: it raises instead
-        raise TypeError("an array's type is read here")
+        raise StandUsed("an array's type is read here")
 
     def _used(self, *args: Any, **kwargs: Any) -> Any:
-        raise TypeError("an array's value is read here")
+        raise StandUsed("an array's value is read here")
 
     __eq__ = __ne__ = __bool__ = __len__ = __iter__ = __contains__ = _used  # type: ignore[assignment]
     __repr__ = __str__ = __format__ = __reduce__ = __reduce_ex__ = __copy__ = __deepcopy__ = _used  # type: ignore[assignment]
@@ -73,7 +87,7 @@ def only_moves(body: Callable[[tuple, Any], tuple], leaves: list, tree: Any) -> 
     try:
         outs = carry(body, leaves, tree)
     except Exception as exc:  # noqa: BLE001  (a stand-in was used, or the statement fails: capture decides)
-        if raised_by_us(exc):
+        if raised_by_us(exc) and not _from_stand(exc):  # a stand-in's refusal is raised here, and is no bug
             raise
         return False
     return all(map(_plain, leaves_in_order(outs)))  # no tensor made, no stand-in kept inside an object

@@ -31,7 +31,7 @@ from dycl_jax.capture.region import HostValueError, capture_call, lost_update, v
 from dycl_jax.errors import (AliasedUpdateError, CallError, DyclError, InputMutationError, Location,
                              StagedAliasError, raised_by_us)
 from dycl_jax.host import jax_ops, training, values
-from dycl_jax.host.carried import carry, only_moves
+from dycl_jax.host.carried import StandUsed, carry, only_moves
 from dycl_jax.host.attributes import DynamicAttributes
 from dycl_jax.host.module_state import ModuleState
 from dycl_jax.host.views import check_views_kept, user_locals
@@ -867,7 +867,10 @@ class DispatchHost:
         try:
             with _land(True), torch.no_grad():
                 moves = only_moves(self._body(spec, part, fns), leaves, tree)
-            return moves and not self.attrs.changed(before)
+            try:
+                return moves and not self.attrs.changed(before)
+            except StandUsed:  # reading a module attribute met a stand-in: the part stores an array there
+                return False
         finally:
             self.attrs.restore(before)
 
