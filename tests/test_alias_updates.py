@@ -215,3 +215,10 @@ def test_a_helper_method_whose_result_is_used_is_refused_at_its_call_on_auto():
     with pytest.raises(AliasedUpdateError) as info:
         _matches_torch(HelperMethodInTheBranch().eval(), XS)
     assert info.value.location.code == "b = self.bumped(v)", info.value
+
+
+def test_a_model_converted_under_inference_mode_still_stages_and_matches_torch():
+    # inference tensors have no version counter: the branch-update check must not fail on them
+    # (it did, and `auto` then fell back to the dispatch host)
+    with torch.inference_mode():
+        assert _matches_torch(InPlaceResultUpdatedInABranch().eval(), XS).host == "staged"

@@ -319,9 +319,11 @@ def _unowned_updates_refused(site: Site, fn: Callable) -> Callable:
     would be lost for every other name of the tensor. Located at the construct; the dispatch
     host runs the branch in Python, where Python's aliasing holds (hence StagedAliasError)."""
     def path(*inputs: Any) -> Any:
+        # (an inference tensor, made under torch.inference_mode(), has no version counter: its
+        # updates go unchecked here, as they did before this check existed)
         held = [(n, t, t._version) for n, x in zip(site.inputs, inputs)
                 for t in (x if type(x) in (list, tuple) else x.values() if type(x) is dict else (x,))
-                if isinstance(t, torch.Tensor)]
+                if isinstance(t, torch.Tensor) and not t.is_inference()]
         out = fn(*inputs)
         for n, t, version in held:
             if t._version != version:
