@@ -624,10 +624,7 @@ class DispatchHost:
         elif spec.kind == "region" and not self.train and self._only_moves(spec, part, fns, leaves, tree):
             # e.g. `candidates.append((score + v, toks + [i], h))`: a capture per float value, for nothing
             part.cache[key] = CARRIED
-            outs, new_attrs = carry(self._body(spec, part, fns), leaves, tree)
-            if self.attrs.slots:
-                self.attrs.write(new_attrs)
-            return outs
+            return self._with_attrs(carry(self._body(spec, part, fns), leaves, tree))
         if part.stop - part.first > 1:
             k = self._python_prefix(spec, part, fns, leaves, tree)
             if k:  # leading statements of Python values only: they run as Python, before the rest
@@ -838,7 +835,11 @@ class DispatchHost:
     def _on_host(self, st: RegionState, part: Part, fns: Sequence[Callable], leaves: list, tree: Any,
                  key: Any) -> tuple:
         part.cache[key] = EAGER
-        outs, new_attrs = self._eager(st.spec, part, fns, leaves, tree)
+        return self._with_attrs(self._eager(st.spec, part, fns, leaves, tree))
+
+    def _with_attrs(self, result: tuple) -> tuple:
+        """The outputs of a part's (outputs, module attribute values), the attributes written back."""
+        outs, new_attrs = result
         if self.attrs.slots:
             self.attrs.write(new_attrs)
         return outs

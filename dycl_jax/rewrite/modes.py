@@ -81,6 +81,11 @@ def note_decided(site: Site) -> None:
     _S.decided.append(site)
 
 
+def decided_mark() -> int:
+    """How many constructs `note_decided` has seen: a mark for `decided_since`."""
+    return len(_S.decided)
+
+
 def decided_since(mark: int) -> list[Site]:
     """The constructs `note_decided` saw after the first `mark` of them (those of a loop body)."""
     return _S.decided[mark:]

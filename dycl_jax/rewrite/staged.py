@@ -250,7 +250,7 @@ def loop(site: Site, test_fn: Callable, body_fn: Callable, carry: tuple, invaria
     plan: plans.Plan | None = None
     outs: list[Any] = []
     current = carry
-    mark = len(modes.decided_since(0))
+    mark = modes.decided_mark()
     for _ in range(4):
         with disable_proxy_modes_tracing():  # distinct example tensors: the carry owns its operands
             example = pytree.tree_map_only(torch.Tensor, torch.clone, current)
@@ -280,7 +280,7 @@ def loop(site: Site, test_fn: Callable, body_fn: Callable, carry: tuple, invaria
     # the test that ends the loop: its own, or (`while True`) the first tensor test in its body
     cause = next(iter(inner), site) if site.code.strip().startswith("while True") else site
     modes.note_promoted(cause, tuple(n for n, v, var in zip(site.names, carry, plan.vars)
-                                    if not isinstance(v, torch.Tensor) and isinstance(v, (int, float, bool))
+                                    if isinstance(v, (int, float, bool))
                                     and var.spec is not None and any(not leaf.const for leaf in var.leaves)))
     init = plan.flatten(carry, clone=False)
     if not init:
