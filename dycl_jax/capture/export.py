@@ -16,6 +16,7 @@ import torch.utils._pytree as pytree
 from torch.export import Dim, ExportedProgram
 from torch.export.graph_signature import InputKind, OutputKind
 
+from dycl_jax.capture import bounded_rows
 from dycl_jax.capture.checked_linalg import UNCHECKED
 from dycl_jax.capture.shims import capture_shims
 from dycl_jax.capture.train_mode import training
@@ -217,6 +218,7 @@ def capture(
             ep = torch.export.export(wrapper, tuple(tensors), dynamic_shapes=_dynamic_shapes(tensors, dynamic_batch))
             exported, cpu_exported = time.perf_counter(), time.process_time()
             ep = decompose(ep) if decompose else to_core_aten(ep)
+            bounded_rows.prove(ep.graph_module)  # bounded row selections: row-wise, else refused
     except DyclError:
         raise
     except Exception as exc:

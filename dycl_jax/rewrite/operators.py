@@ -23,6 +23,7 @@ import torch
 from dycl_jax.errors import AliasedUpdateError, DyclError, InputMutationError, StagedAliasError, raised_by_us
 from dycl_jax.rewrite import padding, plan as plans, plan_cache, staged
 from dycl_jax.rewrite import modes
+from dycl_jax.rewrite import rows  # noqa: F401  (bounded row selections, called by generated code)
 from dycl_jax.rewrite.appends import kept_in_place
 from dycl_jax.rewrite.constants import static
 from dycl_jax.rewrite.modes import staging, tracing

@@ -6,7 +6,7 @@ from typing import Callable
 
 from dycl_jax.analysis.aliases import Aliases
 from dycl_jax.analysis.scopes import function_locals
-from dycl_jax.rewrite.converters import (counted_while, decode_loops, dispatch_split, helpers, host_values, jump_else, logical, loop_exits, predicates,
+from dycl_jax.rewrite.converters import (bounded_rows, counted_while, decode_loops, dispatch_split, helpers, host_values, jump_else, logical, loop_exits, predicates,
                                          returns, side_effects, structured, super_calls, tensor_data,
                                          ternary, undefined_init)
 from dycl_jax.rewrite.templates import Context, user_scopes
@@ -15,6 +15,7 @@ from dycl_jax.rewrite.templates import Context, user_scopes
 # before the flag guards are converted into conds; the static/dynamic marks are taken before
 # `and`/`or` turn into calls; undefined-variable initialisation needs every generated call.
 PIPELINE: list[tuple[str, Callable[[ast.FunctionDef, Context], None]]] = [
+    ("bounded_rows", bounded_rows.convert),  # first: it matches the user's statements as written
     ("super_calls", super_calls.convert),
     ("side_effects", side_effects.convert),
     ("helpers", helpers.convert),
@@ -35,6 +36,7 @@ PIPELINE: list[tuple[str, Callable[[ast.FunctionDef, Context], None]]] = [
 
 # The dispatch host's rewrite: control flow stays Python; simple statements become regions.
 DISPATCH_PIPELINE: list[tuple[str, Callable[[ast.FunctionDef, Context], None]]] = [
+    ("bounded_rows", bounded_rows.convert),  # first: it matches the user's statements as written
     ("super_calls", super_calls.convert),
     ("side_effects", side_effects.convert),
     ("helpers", helpers.convert),
