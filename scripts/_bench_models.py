@@ -29,10 +29,10 @@ def discover(dynn: bool, only: str | None = None) -> list[Entry]:
     found = [Entry(p.stem, "static", p) for p in sorted((ROOT / "examples").glob("*.py"))]
     found = [e for e in found if not e.path.name.startswith("_")]
     if dynn:
-        from examples.dynn import CONSTANT_FLAG_MODELS, DISPATCH_MODELS, MODELS
+        from examples.dynn import BOUNDED_MODELS, CONSTANT_FLAG_MODELS, DISPATCH_MODELS, MODELS
 
         folder = ROOT / "examples" / "dynn"
-        found += [Entry(n, "dynn", folder / f"{n}.py") for n in MODELS + CONSTANT_FLAG_MODELS]
+        found += [Entry(n, "dynn", folder / f"{n}.py") for n in MODELS + BOUNDED_MODELS + CONSTANT_FLAG_MODELS]
         found += [Entry(n, "dispatch", folder / f"{n}.py") for n in DISPATCH_MODELS]
     return [e for e in found if only is None or e.name == only]
 

@@ -45,7 +45,7 @@ sys.path.insert(0, str(ROOT))
 
 from dycl_jax import to_jax  # noqa: E402
 from dycl_jax.report.parity import compare  # noqa: E402
-from examples.dynn import DISPATCH_MODELS, MODELS, load  # noqa: E402
+from examples.dynn import BOUNDED_MODELS, DISPATCH_MODELS, MODELS, load  # noqa: E402
 
 FLOAT_TOL = 1e-3
 warnings.simplefilter("ignore")
@@ -194,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(1)
     pin_precision()
     device = torch.device("cuda" if gpu else "cpu")
-    names = ns.only or list(MODELS) + list(DISPATCH_MODELS)
+    names = ns.only or list(MODELS) + list(BOUNDED_MODELS) + list(DISPATCH_MODELS)
     batches = [int(b) for b in ns.batches.split(",")]
     console = Console(width=max(Console().width, 132))  # a table of numbers: never fold its cells
     console.print(f"jax {jax.__version__} on {jax.devices()[0].device_kind}; torch {torch.__version__} on {device}")

@@ -87,7 +87,8 @@ def _dispatch_case(name: str) -> tuple:
     MoE, converted here (not shared: the artifact holds what this jm compiled before export)."""
     mod = load(name)
     model, args = mod.example()
-    jm = dycl_jax.to_jax(model, args)
+    # (MoE stages by default, through its bounded form: its dispatch-host artifact is asked for)
+    jm = dycl_jax.to_jax(model, args, host="dispatch" if name == "moe" else "auto")
     # (captioning: two output lengths before export; the others, max length included, held out)
     chosen = mod.inputs(2) if name == "captioning" else _one_per_path(mod, model, 50)
     for a in chosen:  # the host compiles each region signature these inputs reach

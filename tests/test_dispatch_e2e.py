@@ -12,7 +12,7 @@ import dycl_jax
 from dycl_jax.errors import DyclError
 from dycl_jax.host.dispatch import Compiled
 from dycl_jax.rewrite.api import run_dispatch_trace
-from examples.dynn import DISPATCH_MODELS, MODELS, load
+from examples.dynn import BOUNDED_MODELS, DISPATCH_MODELS, MODELS, load
 import converted  # tests/: the example conversions this process made already
 from differential import assert_same  # pytest puts tests/ on sys.path
 from gradient_parity import fewest_covering
@@ -106,12 +106,12 @@ def _check_step_index_is_symbolic(jm) -> None:
     assert len(compiled) <= len(shapes), (len(compiled), len(shapes))
 
 
-@pytest.mark.parametrize("name", MODELS)
+@pytest.mark.parametrize("name", MODELS + BOUNDED_MODELS)
 def test_staged_examples_under_dispatch(name: str) -> None:
     _check_every_path(name, "dispatch")
 
 
-@pytest.mark.parametrize("name", ["captioning", "moe", "shape_branch"])
+@pytest.mark.parametrize("name", ["captioning", "shape_branch"])
 def test_second_call_compiles_nothing(name: str) -> None:
     mod = load(name)
     _, jm = _converted(name, "auto")
@@ -123,7 +123,7 @@ def test_second_call_compiles_nothing(name: str) -> None:
     assert (again.captures, again.compilations) == (report.captures, report.compilations)
 
 
-@pytest.mark.parametrize("name", ["shape_branch", "moe", "captioning_teacher"])
+@pytest.mark.parametrize("name", ["shape_branch", "captioning_teacher"])
 def test_staged_refuses_with_location_and_fix(name: str) -> None:
     model, args = load(name).example()
     with pytest.raises(DyclError) as info:

@@ -17,9 +17,9 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from examples.dynn import CONSTANT_FLAG_MODELS, DISPATCH_MODELS, MODELS, load  # noqa: E402
+from examples.dynn import BOUNDED_MODELS, CONSTANT_FLAG_MODELS, DISPATCH_MODELS, MODELS, load  # noqa: E402
 
-ALL_MODELS = MODELS + DISPATCH_MODELS + CONSTANT_FLAG_MODELS
+ALL_MODELS = MODELS + DISPATCH_MODELS + BOUNDED_MODELS + CONSTANT_FLAG_MODELS
 N_INPUTS = 50
 MAX_PARAMS = 300_000
 # outputs whose shapes or types depend on the path by design (decode lengths, shape-changing

@@ -189,8 +189,15 @@ def _rule(node: Any, marked: dict) -> Any:
 
 
 def prove(gm: torch.fx.GraphModule) -> None:
-    """Check every bounded selection in `gm`, then remove the markers; CaptureError where a
-    selection's computation is not provably row-wise."""
+    """Check every bounded selection in `gm` and in its branch and loop bodies, then remove the
+    markers; CaptureError where a selection's computation is not provably row-wise. Each graph
+    is checked alone: a marked value that enters or leaves one (a cond's operand or result) is
+    refused where it meets the cond or the graph's output."""
+    for sub in [m for m in gm.modules() if isinstance(m, torch.fx.GraphModule)]:
+        _prove_graph(sub)
+
+
+def _prove_graph(gm: torch.fx.GraphModule) -> None:
     graph = gm.graph
     markers = [n for n in graph.nodes if n.op == "call_function" and n.target in (_IN, _OUT)]
     if not markers:

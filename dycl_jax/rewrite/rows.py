@@ -14,9 +14,11 @@ import linecache
 from typing import Any, Callable
 
 import torch
+from torch._subclasses.fake_tensor import FakeTensor
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from dycl_jax.errors import CaptureError, Location
+from dycl_jax.rewrite import modes
 
 _UIDS = itertools.count()
 # uid of one run of a selection statement -> where the user wrote it (for the proof's refusal)
@@ -56,6 +58,13 @@ class Rows:
         self.uid = uid
 
 
+def _captured(m: Any) -> bool:
+    """The dense form only where torch.export traces the code (the proof then runs on its graph):
+    run eagerly (the dispatch host's fallback of an island, the eager traces) the selection keeps
+    its exact row count, whatever the rows' computation is."""
+    return isinstance(m, FakeTensor) and modes.current() in ("staging", "dry")
+
+
 def _location(file: str, line: int) -> Location:
     return Location(file, line, linecache.getline(file, line).strip())
 
@@ -70,14 +79,14 @@ def select(m: Any, original: Callable[[Any], Any], file: str, line: int) -> Rows
     """`original(m)` is the user's `m.nonzero(as_tuple=True)[0]` (or `torch.where(m)[0]`): the
     row indices of a 1-D `m` are unique and increasing, so they are the mask `m != 0`; any other
     `m` (2-D: repeated rows) keeps its original indices."""
-    if isinstance(m, torch.Tensor) and m.dim() == 1:
+    if _captured(m) and m.dim() == 1:
         return _dense(m, file, line)
     return Rows(None, original(m), -1)
 
 
 def of_mask(m: Any, file: str, line: int) -> Rows:
     """`out[m] = f(x[m])` with `m` a 1-D bool mask is the dense form; any other index stays as written."""
-    if isinstance(m, torch.Tensor) and m.dim() == 1 and m.dtype == torch.bool:
+    if _captured(m) and m.dim() == 1 and m.dtype == torch.bool:
         return _dense(m, file, line)
     return Rows(None, m, -1)
 

@@ -46,11 +46,14 @@ DISPATCH_MODELS = (
     "captioning",
     "captioning_teacher",
     "greedy_nmt",
-    "moe",
     "shape_branch",
     "numpy_fallback",
     "skip_logging",
 )
+
+# Data-dependent row selections (`nonzero` gather, compute, scatter) that stage as one program
+# through their bounded form: every row computed, the selected ones kept (rewrite/rows.py).
+BOUNDED_MODELS = ("moe",)
 
 # Control flow on tensors built from Python constants (``torch.tensor(1)`` flags).
 CONSTANT_FLAG_MODELS = ("sdn_published",)
@@ -58,7 +61,7 @@ CONSTANT_FLAG_MODELS = ("sdn_published",)
 
 def load(name: str) -> ModuleType:
     """The example module ``examples.dynn.<name>``."""
-    known = MODELS + DISPATCH_MODELS + CONSTANT_FLAG_MODELS
+    known = MODELS + DISPATCH_MODELS + BOUNDED_MODELS + CONSTANT_FLAG_MODELS
     if name not in known:
         raise KeyError(f"unknown example {name!r}; known: {', '.join(known)}")
     return importlib.import_module(f"{__name__}.{name}")
