@@ -222,3 +222,24 @@ def test_a_model_converted_under_inference_mode_still_stages_and_matches_torch()
     # (it did, and `auto` then fell back to the dispatch host)
     with torch.inference_mode():
         assert _matches_torch(InPlaceResultUpdatedInABranch().eval(), XS).host == "staged"
+
+
+class HelperUpdatesItsParameterInABranch(nn.Module):
+    """`b = self.bumped(v)`: the helper's own tensor-decided branch updates its parameter in
+    place and never rebinds it; the caller's `v` (read after) must see the update (it did not:
+    the branch updated a private copy, silently, on both hosts)."""
+
+    def bumped(self, t):
+        if t.sum() > 0:
+            t.add_(1.0)
+        return t * 2
+
+    def forward(self, h):
+        v = h * 0.5
+        b = self.bumped(v)
+        return b, v
+
+
+@pytest.mark.parametrize("host", ["auto", "dispatch"])
+def test_a_helper_parameter_updated_in_its_branch_reaches_the_callers_tensor(host):
+    _matches_torch(HelperUpdatesItsParameterInABranch().eval(), XS, host=host)

@@ -174,24 +174,53 @@ def _holds_itself(x: Any, t: torch.Tensor) -> bool:
     return type(x) is not dict and all(e is t or not isinstance(e, torch.Tensor) or _root(e) is not _root(t) for e in x)
 
 
-def _in_place(site: Site, inputs: tuple, outs: tuple) -> tuple:
+def _in_place(site: Site, inputs: tuple, outs: tuple, frame: Any) -> tuple:
     """A branch construct's outputs, its lists and dicts changed only in place (`Site.in_place`)
     the caller's objects, refilled: a graph construct's outputs are new containers, and another
-    name holding the list (`saved = xs`, then `xs.append(v)` in a branch) must see the change."""
+    name holding the list (`saved = xs`, then `xs.append(v)` in a branch) must see the change.
+    Likewise a tensor parameter of a user function updated only in place (`_written_back`)."""
     if not site.in_place:
         return outs
     pairs = [(site.inputs.index(n), site.names.index(n)) for n in site.in_place]
-    return kept_in_place(tuple(inputs), tuple(outs), pairs)
+    return _written_back(site, inputs, kept_in_place(tuple(inputs), tuple(outs), pairs), frame)
+
+
+def _written_back(site: Site, inputs: tuple, outs: tuple, frame: Any) -> tuple:
+    """`outs` where a parameter of the user's function that a graph branch updates in place and
+    never rebinds (`def bumped(self, t): if t.sum() > 0: t.add_(1)`) is the caller's tensor again,
+    holding the new value: the branch updated a private copy (`own`), and the caller's names of
+    that tensor (`v` in `b = self.bumped(v)`), which no analysis of this function sees, must see
+    the update as in torch. The method's own inputs are the caller's tensors (refused before, by
+    `_check_aliases`); generated functions (`_dycl_...`: regions, islands) are skipped, their
+    parameters are a capture's inputs, which the construct's outputs already carry."""
+    code = frame.f_code
+    if code.co_name.startswith("_dycl_") or modes.current() == "plain":
+        return outs
+    params = code.co_varnames[:code.co_argcount + code.co_kwonlyargcount]
+    got = list(outs)
+    for n in site.in_place:
+        if n not in site.owned or n not in params:
+            continue
+        old, new = inputs[site.inputs.index(n)], got[site.names.index(n)]
+        if not (isinstance(old, torch.Tensor) and isinstance(new, torch.Tensor)) or new is old \
+                or new.shape != old.shape or new.dtype != old.dtype or old.is_inference() != new.is_inference():
+            continue
+        if modes.current() != "dry":  # (a dry run only plans shapes: it must not change a tensor)
+            old.copy_(new)
+        got[site.names.index(n)] = old
+    return tuple(got)
 
 
 def cond(pred: Any, true_fn: Callable, false_fn: Callable, inputs: tuple, site: Site) -> tuple:
     """`if pred: ... else: ...` with branch functions that take `inputs`, return the outputs."""
-    return _in_place(site, inputs, _cond(pred, true_fn, false_fn, inputs, site, sys._getframe(1)))
+    frame = sys._getframe(1)
+    return _in_place(site, inputs, _cond(pred, true_fn, false_fn, inputs, site, frame), frame)
 
 
 def switch(pred_fns: Sequence[Callable[[], Any]], fns: Sequence[Callable], inputs: tuple, site: Site) -> tuple:
     """An if/elif/.../else chain: predicates are evaluated in order, Python ones lazily."""
-    return _in_place(site, inputs, _switch(pred_fns, fns, inputs, site, sys._getframe(1)))
+    frame = sys._getframe(1)
+    return _in_place(site, inputs, _switch(pred_fns, fns, inputs, site, frame), frame)
 
 
 def _cond(pred: Any, true_fn: Callable, false_fn: Callable, inputs: tuple, site: Site, frame: Any) -> tuple:
