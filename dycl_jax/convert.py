@@ -30,6 +30,7 @@ from dycl_jax.report.build import build_report
 from dycl_jax.report.dispatch import build_dispatch_report
 from dycl_jax.rewrite.api import UnrollOption, dispatch_plan, rewritten, staging
 from dycl_jax.rewrite.modes import exclusive
+from dycl_jax.rewrite import rows
 from dycl_jax.runtime.decoded import finish
 from dycl_jax.runtime.model import JaxModel
 from dycl_jax.runtime.signature import CallSignature
@@ -142,6 +143,7 @@ def _staged(model: torch.nn.Module, args: tuple, method: str, dynamic_batch: boo
         rewrite_record = patched.enter_context(rewritten(model, method, unroll))
         t_rewrite, c_rewrite = time.perf_counter(), time.process_time()
         patched.enter_context(staging())
+        patched.enter_context(rows.dense())  # row selections as masked dense computations
         cap = capture(model, args, method, dynamic_batch=dynamic_batch)
     t1, c1 = time.perf_counter(), time.process_time()
     step("lower")

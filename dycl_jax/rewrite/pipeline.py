@@ -35,8 +35,8 @@ PIPELINE: list[tuple[str, Callable[[ast.FunctionDef, Context], None]]] = [
 
 
 # The dispatch host's rewrite: control flow stays Python; simple statements become regions.
+# (No bounded row selections: host="dispatch" runs a selection with its exact row count.)
 DISPATCH_PIPELINE: list[tuple[str, Callable[[ast.FunctionDef, Context], None]]] = [
-    ("bounded_rows", bounded_rows.convert),  # first: it matches the user's statements as written
     ("super_calls", super_calls.convert),
     ("side_effects", side_effects.convert),
     ("helpers", helpers.convert),

@@ -9,9 +9,11 @@ is not a 1-D mask here keeps the original semantics exactly (the index as writte
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import itertools
 import linecache
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import torch
 from torch._subclasses.fake_tensor import FakeTensor
@@ -58,11 +60,25 @@ class Rows:
         self.uid = uid
 
 
+_DENSE = contextvars.ContextVar("dycl_dense_rows", default=False)
+
+
+@contextlib.contextmanager
+def dense() -> Iterator[None]:
+    """The staged host's capture: row selections may take the dense form. Elsewhere (the
+    dispatch host, its islands and sub-hosts) a selection keeps its exact row count."""
+    token = _DENSE.set(True)
+    try:
+        yield
+    finally:
+        _DENSE.reset(token)
+
+
 def _captured(m: Any) -> bool:
-    """The dense form only where torch.export traces the code (the proof then runs on its graph):
-    run eagerly (the dispatch host's fallback of an island, the eager traces) the selection keeps
-    its exact row count, whatever the rows' computation is."""
-    return isinstance(m, FakeTensor) and modes.current() in ("staging", "dry")
+    """The dense form only where the staged host's torch.export traces the code (the proof then
+    runs on its graph): run eagerly (the eager traces) or on the dispatch host, the selection
+    keeps its exact row count, whatever the rows' computation is."""
+    return _DENSE.get() and isinstance(m, FakeTensor) and modes.current() in ("staging", "dry")
 
 
 def _location(file: str, line: int) -> Location:
