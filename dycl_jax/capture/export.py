@@ -166,7 +166,6 @@ def to_core_aten(ep: ExportedProgram) -> ExportedProgram:
     _detach_no_grad_outputs(ep)
     tied = _untie_buffers(ep)
     out = ep.run_decompositions(_core_aten_table())
-    bounded_rows.prove(out.graph_module)  # bounded row selections: row-wise, else refused
     for program in (ep, out):  # the tie restored: one tensor under both names again
         for name, t in tied.items():
             if name in program.state_dict:
@@ -219,8 +218,7 @@ def capture(
             ep = torch.export.export(wrapper, tuple(tensors), dynamic_shapes=_dynamic_shapes(tensors, dynamic_batch))
             exported, cpu_exported = time.perf_counter(), time.process_time()
             ep = decompose(ep) if decompose else to_core_aten(ep)
-            if decompose:
-                bounded_rows.prove(ep.graph_module)
+            bounded_rows.prove(ep.graph_module)  # bounded row selections (staged host only): row-wise, else refused
     except DyclError:
         raise
     except Exception as exc:
