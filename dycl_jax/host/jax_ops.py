@@ -28,6 +28,7 @@ from torch.fx.experimental.symbolic_shapes import ShapeEnv
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from dycl_jax.errors import raised_by_us
+from dycl_jax.host import numpy_ops
 from dycl_jax.lower.dtypes import torch_dtype
 from dycl_jax.lower.registry import registered
 
@@ -143,6 +144,12 @@ class JaxOps(TorchDispatchMode):
         kwargs = kwargs or {}
         if func in _THROUGH:
             return func(*args, **kwargs)
+        if func in numpy_ops.FORMS:  # small exact ops (`.item()`, masks, nonzero): numpy, no JAX dispatch
+            out = numpy_ops.FORMS[func](args, kwargs)
+            if out is not None:
+                self.ops.append(str(func).removeprefix("aten."))
+                self._note_views(func, args, out)
+                return out
         if func._schema.is_mutable:
             return self._in_place(func, args, kwargs)
         fn = self._table.get(func)

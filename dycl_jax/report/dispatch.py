@@ -107,7 +107,7 @@ def build_dispatch_report(model_name: str, method: str, host: DispatchHost, sign
                     line += f"; ran in torch ({part.in_torch})"
                     in_torch.append(line)
                 elif part.jax_ops:
-                    line += f"; computed by JAX ops on the host ({', '.join(part.jax_ops)})"
+                    line += f"; computed by JAX/numpy ops on the host ({', '.join(part.jax_ops)})"
                 else:
                     line += "; no ATen op (it reads values the host holds)"
                 statements.append(line)
