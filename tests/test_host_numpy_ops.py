@@ -132,3 +132,29 @@ def test_host_statement_on_int64_beyond_int32_uses_numpy_and_matches_torch(monke
         assert got.shape == out.shape and np.allclose(np.asarray(got), out.numpy(), atol=1e-5)
         assert {"aten.nonzero.default", "aten._local_scalar_dense.default"} <= set(calls), calls
     assert not jm.report().torch_statements
+
+
+class MaskOut(torch.nn.Module):
+    """Host statements' results returned as they are, one of them int64 beyond int32."""
+
+    def forward(self, x, ids):
+        pos = x[x > 0]
+        big = (ids + 4_000_000_000)[ids > 1]
+        return pos, big, pos.sum() * 2
+
+
+def test_host_statement_results_pass_on_as_numpy_and_return_as_torch_gives_them() -> None:
+    import jax
+
+    model = MaskOut().eval()
+    g = torch.Generator().manual_seed(0)
+    cases = [(torch.randn(7, generator=g), torch.tensor([0, 3, 1, 9, 2])) for _ in range(3)]
+    jm = dycl_jax.to_jax(model, cases[0], host="dispatch")
+    for args in cases:
+        with torch.no_grad():
+            pos, big, total = model(*args)
+        got_pos, got_big, got_total = jm(*args)
+        assert isinstance(got_pos, jax.Array) and isinstance(got_total, jax.Array)  # as the staged host returns them
+        assert np.array_equal(np.asarray(got_pos), pos.numpy()) and np.allclose(np.asarray(got_total), total.numpy())
+        assert np.asarray(got_big).dtype == np.int64 and np.array_equal(np.asarray(got_big), big.numpy())
+    assert not jm.report().torch_statements

@@ -361,7 +361,7 @@ class DispatchHost:
             # regions inside them (their outputs get lax.stop_gradient); host statements run without it
             # (and out of inference mode, whose tensors have no version counter to check updates with)
             with _Calling(self):
-                return getattr(self.root, self.method)(*args)
+                return values.outputs_to_jax(getattr(self.root, self.method)(*args))
         finally:
             self._state, self._arg_ids = previous, previous_ids
             self.attrs.reset()
@@ -591,7 +591,7 @@ class DispatchHost:
                                 "elsewhere, which no conversion option (host=\"auto\", \"dispatch\" or \"staged\") "
                                 "keeps yet: please report it with this line") from None
         self.attrs.register(self.attrs.changed(before))
-        return values.tree_to_jax(outs), values.tree_to_jax(self.attrs.read())
+        return values.tree_to_host(outs), values.tree_to_host(self.attrs.read())
 
     @staticmethod
     def _host_inputs(leaves: list) -> tuple[list, list, list]:

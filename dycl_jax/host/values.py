@@ -232,6 +232,43 @@ def to_jax(v: Any) -> Any:
     return v
 
 
+def to_host_value(v: Any) -> Any:
+    """A value a host statement gives, as the host passes it on: a tensor becomes a numpy array in
+    the dtype `to_jax` gives (int64 -> int32 where it fits, else it stays int64), not a device
+    array, since a jitted region takes numpy directly (`to_jax`'s device put and torch range
+    check cost about 40 µs per tensor). The method's own outputs become JAX arrays (`outputs_to_jax`)."""
+    if isinstance(v, torch.Tensor):
+        if v.dtype == torch.int64 and v.numel():
+            a = v.detach().cpu().numpy()
+            if not (INT32_MIN <= a.min() and a.max() <= INT32_MAX):
+                return a.copy()  # beyond int32: regions it enters run with 64-bit integers
+        return tensor_to_numpy(v, "a tensor computed on the host")  # (a copy: torch may update v later)
+    return to_jax(v)
+
+
+def tree_to_host(tree: Any) -> Any:
+    return jax.tree_util.tree_map(to_host_value, keep_order(tree))  # dicts keep their key order
+
+
+def outputs_to_jax(out: Any) -> Any:
+    """The method's result with numpy arrays (host statements' results, inputs handed through) as
+    JAX arrays, as the staged host returns them; the usual result, JAX arrays or a flat tuple of
+    them, is returned as it is."""
+    t = type(out)
+    if t is _ARRAY or t is tuple and all(type(v) is _ARRAY for v in out):
+        return out
+    leaves, tree = jax.tree_util.tree_flatten(keep_order(out))
+    if not any(map(_device_bound, leaves)):
+        return out
+    return jax.tree_util.tree_unflatten(tree, [jax.device_put(v) if _device_bound(v) else v for v in leaves])
+
+
+def _device_bound(v: Any) -> bool:
+    # 64-bit arrays stay numpy: they hold int64 values beyond int32 (to_host_value), which a
+    # device array outside JAX's 64-bit mode would narrow
+    return type(v) is np.ndarray and v.dtype.itemsize < 8 or type(v) is np.ndarray and v.dtype == np.complex64
+
+
 def to_host(t: torch.Tensor) -> np.ndarray:
     """A tensor input as the numpy array the host passes around (int64 -> int32, range-checked)."""
     return tensor_to_numpy(t, "an input tensor")
