@@ -464,3 +464,33 @@ def test_stack_traces_read_only_the_lines_of_the_frames_they_keep():
     assert all(real_getline(f, int(k)).strip() == line for f, k, line in shown)
     # torch's extraction reads the line of every frame of the stack (some 80 per recorded node)
     assert reads[0] < 12 * len(nodes), (reads[0], len(nodes))
+
+
+def test_node_stacks_read_from_python_frames_are_torchs():
+    """fx's per-node stack traces, read from the Python frames (shims._PythonStack), are the
+    ones torch's symbolized tracebacks give: the captured program is the same, node for node."""
+    import contextlib
+
+    from dycl_jax.capture import shims
+
+    model = _Mixed().eval()
+    x = torch.randn(2, 8)
+    calls = [0]
+    real_extract, real_stacks = shims._PythonStack.extract, shims._python_stacks
+
+    def counted(**kw: Any) -> Any:
+        calls[0] += 1
+        return real_extract(**kw)
+
+    shims._PythonStack.extract = staticmethod(counted)
+    try:
+        jm = dycl_jax.to_jax(model, (x,), host="staged")
+        assert calls[0] > 0  # fx read its stacks here
+        shims._python_stacks = contextlib.nullcontext  # torch's own, for reference
+        plain = dycl_jax.to_jax(model, (x,), host="staged")
+    finally:
+        shims._PythonStack.extract, shims._python_stacks = staticmethod(real_extract), real_stacks
+    ours, torchs = _capture_text(jm), _capture_text(plain)
+    assert any("block(x)" in line for line in ours)  # user frames with their source lines
+    assert ours == torchs
+    assert_same(model(x), jm(x), "jm(...) vs original torch")

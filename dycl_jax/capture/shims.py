@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import sys
 import traceback
-from typing import Any, Iterator
+from typing import Any, Iterator, NamedTuple
 
 import torch
+import torch.fx.proxy as _fx_proxy
 import torch.nn.modules.transformer as _transformer
 import torch.utils._traceback as _torch_traceback
 from torch.distributions import Distribution
@@ -103,6 +105,57 @@ def _lines_on_demand() -> Iterator[None]:
         _torch_traceback._extract_symbolized_tb = original
 
 
+class _Frame(NamedTuple):
+    """One frame as `traceback.StackSummary.from_list` takes it; its source line is read only
+    if fx keeps the frame (from_list makes a FrameSummary of each frame it is given)."""
+
+    filename: str
+    lineno: int | None
+    name: str
+    line: str | None
+
+
+class _PythonStack:
+    """torch's `CapturedTraceback` as fx's `create_node` uses it (`extract().summary()`, once per
+    node), reading the Python frames directly. torch gathers them in C++, then symbolizes every
+    frame (file, line, name) and makes a FrameSummary of each (some 80 per node, most of them
+    torch's); fx keeps only the user's `forward` frames. Here the frames are walked as they
+    are, and only what fx keeps becomes a FrameSummary: the same frames, so the same text."""
+
+    __slots__ = ("frames",)
+
+    def __init__(self, frames: list[tuple[Any, int | None]]) -> None:
+        self.frames = frames
+
+    @staticmethod
+    def extract(*, script: bool = False, cpp: bool = False, skip: int = 0) -> Any:
+        if script or cpp:  # frames other than Python's: torch's own
+            return _TorchTraceback.extract(script=script, cpp=cpp, skip=skip)
+        frame: Any = sys._getframe(1 + skip)  # from the caller, as torch elides extract()'s own
+        frames = []
+        while frame is not None:
+            frames.append((frame.f_code, frame.f_lineno))
+            frame = frame.f_back
+        return _PythonStack(frames)
+
+    def summary(self) -> traceback.StackSummary:
+        stack = traceback.StackSummary()
+        stack.extend(_Frame(code.co_filename, line, code.co_name, None) for code, line in reversed(self.frames))
+        return stack
+
+
+_TorchTraceback = _fx_proxy.CapturedTraceback
+
+
+@contextlib.contextmanager
+def _python_stacks() -> Iterator[None]:
+    _fx_proxy.CapturedTraceback = _PythonStack
+    try:
+        yield
+    finally:
+        _fx_proxy.CapturedTraceback = _TorchTraceback
+
+
 @contextlib.contextmanager
 def capture_shims() -> Iterator[None]:
     """While active, `nn.Transformer*` layers do not inspect mask values to choose a kernel,
@@ -121,7 +174,8 @@ def capture_shims() -> Iterator[None]:
     (torch's lazy graph module): export's passes recompile the root graph, and with it every
     branch sub-graph, after each change (ResNet-110 BlockDrop: about 3,000 code generations);
     and placeholder metadata is copied with the signature's lookup tables built once; the
-    stack trace fx records per node reads source lines only for the frames it keeps.
+    stack trace fx records per node reads source lines only for the frames it keeps, and fx's
+    own per-node stacks are read from the Python frames (`_PythonStack`), not symbolized in full.
     """
     original = _transformer._detect_is_causal_mask
     validate = Distribution._validate_args
@@ -129,7 +183,7 @@ def capture_shims() -> Iterator[None]:
     Distribution._validate_args = False
     try:
         with _fake_rules(), shared_branch_checks(), shared_branch_traces(), _use_lazy_graph_module(True), \
-                _linear_signature_lookups(), _lines_on_demand():
+                _linear_signature_lookups(), _lines_on_demand(), _python_stacks():
             yield
     finally:
         _transformer._detect_is_causal_mask = original
