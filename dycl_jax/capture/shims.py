@@ -119,8 +119,10 @@ class _PythonStack:
     """torch's `CapturedTraceback` as fx's `create_node` uses it (`extract().summary()`, once per
     node), reading the Python frames directly. torch gathers them in C++, then symbolizes every
     frame (file, line, name) and makes a FrameSummary of each (some 80 per node, most of them
-    torch's); fx keeps only the user's `forward` frames. Here the frames are walked as they
-    are, and only what fx keeps becomes a FrameSummary: the same frames, so the same text."""
+    torch's), and fx keeps only the user's frames. Here the frames are walked as they are, and
+    for a tracer that keeps only `forward` frames (`_record_forward_stack_traces_only`: export's
+    module-stack tracer) only the frames its filter can keep are taken; fx's own filter then
+    runs as before on them, so the text is the same."""
 
     __slots__ = ("frames",)
 
@@ -132,9 +134,17 @@ class _PythonStack:
         if script or cpp:  # frames other than Python's: torch's own
             return _TorchTraceback.extract(script=script, cpp=cpp, skip=skip)
         frame: Any = sys._getframe(1 + skip)  # from the caller, as torch elides extract()'s own
+        # the caller is fx's Tracer.create_node: its tracer says which frames it keeps
+        tracer = frame.f_locals.get("self") if skip == 0 else None
+        forward_only = isinstance(tracer, _fx_proxy.TracerBase) and tracer._record_forward_stack_traces_only is True
+        anchors = _fx_proxy._STACK_TRACE_ANCHORS
         frames = []
         while frame is not None:
-            frames.append((frame.f_code, frame.f_lineno))
+            code = frame.f_code
+            # TracerBase._filter_traceback_frames' test for that mode
+            if not forward_only or code.co_name == "forward" or code.co_filename.endswith("torch/__init__.py") \
+                    or (code.co_filename, code.co_name) in anchors:
+                frames.append((code, frame.f_lineno))
             frame = frame.f_back
         return _PythonStack(frames)
 
