@@ -464,3 +464,52 @@ def test_stack_traces_read_only_the_lines_of_the_frames_they_keep():
     assert all(real_getline(f, int(k)).strip() == line for f, k, line in shown)
     # torch's extraction reads the line of every frame of the stack (some 80 per recorded node)
     assert reads[0] < 12 * len(nodes), (reads[0], len(nodes))
+
+
+def test_node_stacks_read_from_python_frames_are_torchs():
+    """fx's per-node stack traces, read from the Python frames (shims._PythonStack), are the
+    ones torch's symbolized tracebacks give: the captured program is the same, node for node
+    (export's tracer keeps only `forward` frames); and for a plain fx tracer, which keeps every
+    frame from the first `forward` on."""
+    import contextlib
+
+    from dycl_jax.capture import shims
+
+    model = _Mixed().eval()
+    x = torch.randn(2, 8)
+    calls = [0]
+    real_summary, real_stacks = shims._PythonStack.summary, shims._python_stacks
+
+    def counted(self: Any) -> Any:
+        calls[0] += 1
+        return real_summary(self)
+
+    shims._PythonStack.summary = counted
+    try:
+        jm = dycl_jax.to_jax(model, (x,), host="staged")
+        assert calls[0] > 0  # fx read its stacks here
+        shims._python_stacks = contextlib.nullcontext  # torch's own, for reference
+        plain = dycl_jax.to_jax(model, (x,), host="staged")
+    finally:
+        shims._PythonStack.summary, shims._python_stacks = real_summary, real_stacks
+    ours, torchs = _capture_text(jm), _capture_text(plain)
+    assert any("block(x)" in line for line in ours)  # user frames with their source lines
+    assert ours == torchs
+    assert_same(model(x), jm(x), "jm(...) vs original torch")
+
+    class Plain(nn.Module):  # no control flow: fx's symbolic tracer takes it
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = nn.Linear(8, 8)
+
+        def forward(self, x):
+            return torch.relu(self.lin(x)) * 2
+
+    def fx_stacks() -> list[str | None]:
+        tracer = torch.fx.Tracer()
+        tracer.record_stack_traces = True
+        return [n.stack_trace for n in tracer.trace(Plain()).nodes]
+
+    with shims._python_stacks():
+        ours = fx_stacks()
+    assert any(s and "torch.relu(self.lin(x))" in s for s in ours) and ours == fx_stacks()

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import sys
 import traceback
-from typing import Any, Iterator
+from typing import Any, Iterator, NamedTuple
 
 import torch
+import torch.fx.proxy as _fx_proxy
 import torch.nn.modules.transformer as _transformer
 import torch.utils._traceback as _torch_traceback
 from torch.distributions import Distribution
@@ -103,6 +105,67 @@ def _lines_on_demand() -> Iterator[None]:
         _torch_traceback._extract_symbolized_tb = original
 
 
+class _Frame(NamedTuple):
+    """One frame as `traceback.StackSummary.from_list` takes it; its source line is read only
+    if fx keeps the frame (from_list makes a FrameSummary of each frame it is given)."""
+
+    filename: str
+    lineno: int | None
+    name: str
+    line: str | None
+
+
+class _PythonStack:
+    """torch's `CapturedTraceback` as fx's `create_node` uses it (`extract().summary()`, once per
+    node), reading the Python frames directly. torch gathers them in C++, then symbolizes every
+    frame (file, line, name) and makes a FrameSummary of each (some 80 per node, most of them
+    torch's), and fx keeps only the user's frames. Here the frames are walked as they are, and
+    for a tracer that keeps only `forward` frames (`_record_forward_stack_traces_only`: export's
+    module-stack tracer) only the frames its filter can keep are taken; fx's own filter then
+    runs as before on them, so the text is the same."""
+
+    __slots__ = ("frames",)
+
+    def __init__(self, frames: list[tuple[Any, int | None]]) -> None:
+        self.frames = frames
+
+    @staticmethod
+    def extract(*, script: bool = False, cpp: bool = False, skip: int = 0) -> Any:
+        if script or cpp:  # frames other than Python's: torch's own
+            return _TorchTraceback.extract(script=script, cpp=cpp, skip=skip)
+        frame: Any = sys._getframe(1 + skip)  # from the caller, as torch elides extract()'s own
+        # the caller is fx's Tracer.create_node: its tracer says which frames it keeps
+        tracer = frame.f_locals.get("self") if skip == 0 else None
+        forward_only = isinstance(tracer, _fx_proxy.TracerBase) and tracer._record_forward_stack_traces_only is True
+        anchors = _fx_proxy._STACK_TRACE_ANCHORS
+        frames = []
+        while frame is not None:
+            code = frame.f_code
+            # TracerBase._filter_traceback_frames' test for that mode
+            if not forward_only or code.co_name == "forward" or code.co_filename.endswith("torch/__init__.py") \
+                    or (code.co_filename, code.co_name) in anchors:
+                frames.append((code, frame.f_lineno))
+            frame = frame.f_back
+        return _PythonStack(frames)
+
+    def summary(self) -> traceback.StackSummary:
+        stack = traceback.StackSummary()
+        stack.extend(_Frame(code.co_filename, line, code.co_name, None) for code, line in reversed(self.frames))
+        return stack
+
+
+_TorchTraceback = _fx_proxy.CapturedTraceback
+
+
+@contextlib.contextmanager
+def _python_stacks() -> Iterator[None]:
+    _fx_proxy.CapturedTraceback = _PythonStack
+    try:
+        yield
+    finally:
+        _fx_proxy.CapturedTraceback = _TorchTraceback
+
+
 @contextlib.contextmanager
 def capture_shims() -> Iterator[None]:
     """While active, `nn.Transformer*` layers do not inspect mask values to choose a kernel,
@@ -121,7 +184,8 @@ def capture_shims() -> Iterator[None]:
     (torch's lazy graph module): export's passes recompile the root graph, and with it every
     branch sub-graph, after each change (ResNet-110 BlockDrop: about 3,000 code generations);
     and placeholder metadata is copied with the signature's lookup tables built once; the
-    stack trace fx records per node reads source lines only for the frames it keeps.
+    stack trace fx records per node reads source lines only for the frames it keeps, and fx's
+    own per-node stacks are read from the Python frames (`_PythonStack`), not symbolized in full.
     """
     original = _transformer._detect_is_causal_mask
     validate = Distribution._validate_args
@@ -129,7 +193,7 @@ def capture_shims() -> Iterator[None]:
     Distribution._validate_args = False
     try:
         with _fake_rules(), shared_branch_checks(), shared_branch_traces(), _use_lazy_graph_module(True), \
-                _linear_signature_lookups(), _lines_on_demand():
+                _linear_signature_lookups(), _lines_on_demand(), _python_stacks():
             yield
     finally:
         _transformer._detect_is_causal_mask = original
