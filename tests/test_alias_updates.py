@@ -196,10 +196,9 @@ class HelperMethodInTheBranch(nn.Module):
         return a * 1.0, v
 
 
-@pytest.mark.parametrize("cls", [AliasMadeInsideTheBranch, HelperMethodInTheBranch])
-def test_an_update_the_staged_branch_cannot_see_is_refused_there(cls):
+def test_an_update_the_staged_branch_cannot_see_is_refused_there():
     with pytest.raises(StagedAliasError) as info:
-        dycl_jax.to_jax(cls().eval(), (XS[0].clone(),), host="staged")
+        dycl_jax.to_jax(AliasMadeInsideTheBranch().eval(), (XS[0].clone(),), host="staged")
     loc = info.value.location
     assert loc.file == __file__ and loc.code == "if h.sum() > 0:" and "`v`" in str(info.value), info.value
     assert 'host="dispatch"' in info.value.fix
@@ -209,12 +208,6 @@ def test_an_alias_made_inside_the_branch_converts_on_auto_and_matches_torch():
     assert _matches_torch(AliasMadeInsideTheBranch().eval(), XS).host == "dispatch"
 
 
-def test_a_helper_method_whose_result_is_used_is_refused_at_its_call_on_auto():
-    # the dispatch rewrite returns the arguments of calls made for their effect only (`bump(v)`);
-    # `b = self.bumped(v)` updates `v`, which the region does not return: refused, never wrong
-    with pytest.raises(AliasedUpdateError) as info:
-        _matches_torch(HelperMethodInTheBranch().eval(), XS)
-    assert info.value.location.code == "b = self.bumped(v)", info.value
 
 
 def test_a_model_converted_under_inference_mode_still_stages_and_matches_torch():
@@ -243,3 +236,130 @@ class HelperUpdatesItsParameterInABranch(nn.Module):
 @pytest.mark.parametrize("host", ["auto", "dispatch"])
 def test_a_helper_parameter_updated_in_its_branch_reaches_the_callers_tensor(host):
     _matches_torch(HelperUpdatesItsParameterInABranch().eval(), XS, host=host)
+
+
+# ---- calls of user methods, submodules and functions whose effects on their arguments are read
+# (analysis/effects.py): each was a located AliasedUpdateError on both hosts before
+
+
+class SameThenUpdatedInABranch(nn.Module):
+    """`a = self.same(v)` is `v` itself (the method returns its argument); the branch updates `v`."""
+
+    def same(self, t):
+        return t
+
+    def forward(self, h):
+        v = h * 0.5
+        a = self.same(v)
+        if h.sum() > 0:
+            v.add_(1.0)
+        return a * 1.0, v
+
+
+class Passing(nn.Module):
+    """A user submodule whose forward may return its input as it is."""
+
+    def forward(self, x):
+        if x.shape[0] > 1:
+            return x
+        return x * 2
+
+
+class SubmoduleReturnsItsInput(nn.Module):
+    """`a = self.gate(v)` is `v`; a row of `v` is written under an `.item()` test."""
+
+    def __init__(self):
+        super().__init__()
+        self.gate = Passing()
+
+    def forward(self, h):
+        v, a = h * 0.5, None
+        a = self.gate(v)
+        if h.max().item() > 1.0:
+            v[0] = h[1] * 3.0
+        return a + 0.0, v
+
+
+class InPlaceLayerInABranch(nn.Module):
+    """`nn.ReLU(inplace=True)` called in a branch updates `v`, which `a` also holds."""
+
+    def __init__(self):
+        super().__init__()
+        self.act = nn.ReLU(inplace=True)
+
+    def forward(self, h):
+        v = h - 0.5
+        a = v
+        if bool(h.mean() < 0.5):
+            h = self.act(v) * 2.0
+        return a * 1.0, v, h
+
+
+def _bumped(t, k=1.0):
+    t.add_(k)
+    return t * 3
+
+
+class KeywordArgumentAndFunction(nn.Module):
+    """The updated tensor passed by keyword to a method, and to a module-level function."""
+
+    def scaled(self, x, t):
+        t.mul_(x.sum())
+        return x
+
+    def forward(self, h):
+        v = h * 0.5
+        w = h + 1.0
+        a, c = v, w
+        if h.sum() > 0:
+            b = self.scaled(h, t=v) + _bumped(w, k=2.0)
+        else:
+            b = h
+        return a * 1.0, c * 1.0, b
+
+
+class ReturnedInATuple(nn.Module):
+    """`a, s = self.pair(v)`: `a` is `v`; a branch on `s` updates `v`."""
+
+    def pair(self, t):
+        return t, t.sum()
+
+    def forward(self, h):
+        v = h * 0.5
+        a, s = self.pair(v)
+        if s > 0:
+            v.add_(1.0)
+        return a * 1.0, v
+
+
+@pytest.mark.parametrize("host", ["auto", "dispatch"])
+@pytest.mark.parametrize("cls", [SameThenUpdatedInABranch, HelperMethodInTheBranch, SubmoduleReturnsItsInput,
+                                 InPlaceLayerInABranch, KeywordArgumentAndFunction, ReturnedInATuple])
+def test_a_call_that_returns_or_updates_its_argument_keeps_torchs_aliases(cls, host):
+    jm = _matches_torch(cls().eval(), XS, host=host)
+    assert jm.host == ("staged" if host == "auto" else "dispatch")
+
+
+class Layers(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(3, 3)
+        self.act = nn.ReLU()
+
+    def normed(self, t):
+        t = t.clone()  # (a new tensor: the caller's is never changed, nor returned)
+        t.add_(1.0)
+        return t
+
+    def forward(self, h):
+        return self.normed(self.act(self.lin(h)))
+
+
+def test_layer_calls_and_a_method_that_copies_first_have_no_effect_on_their_arguments():
+    # a torch layer (not built inplace) neither returns nor updates its input: were it taken to,
+    # every `h = self.layer(x)` would join h and x and widen every region and branch
+    from dycl_jax.rewrite.api import _Effects
+    model = Layers()
+    methods, functions = _Effects().calls(Layers.forward, [model])
+    assert not any(any(e) for _, found in methods for e in found), methods
+    assert functions == ()

@@ -17,6 +17,9 @@ def _ident(t):
     return t
 
 
+_opaque = lambda t: t  # noqa: E731  (a lambda: the alias analysis does not read its body)
+
+
 class SetThroughOneName(nn.Module):
     """`a = h`, then a host statement sets an element of `h`; `a` is read after it."""
 
@@ -38,7 +41,17 @@ class UpdateWithoutRebinding(nn.Module):
 
 
 class HiddenAlias(nn.Module):
-    """`a = _ident(h)` is one tensor with `h` that the alias analysis cannot see."""
+    """`a = _opaque(h)` is one tensor with `h` that the alias analysis cannot see."""
+
+    def forward(self, x):
+        h = x * 2
+        a = _opaque(h)
+        h += (x > 0).nonzero().sum()
+        return a * 1, h
+
+
+class AliasThroughAFunction(nn.Module):
+    """`a = _ident(h)`: a user function that returns its argument, whose body the analysis reads."""
 
     def forward(self, x):
         h = x * 2
@@ -51,7 +64,8 @@ _INPUTS = [torch.tensor([[1.0, -2.0, 3.0], [-1.0, 0.5, 2.0]]), torch.tensor([[-1
 
 
 @pytest.mark.parametrize("model, host", [(SetThroughOneName, "dispatch"), (SetThroughOneName, "auto"),
-                                         (UpdateWithoutRebinding, "dispatch")])
+                                         (UpdateWithoutRebinding, "dispatch"), (AliasThroughAFunction, "dispatch"),
+                                         (AliasThroughAFunction, "auto")])
 def test_an_in_place_host_statement_reaches_every_name_of_the_tensor(model, host) -> None:
     model = model().eval()
     jm = dycl_jax.to_jax(model, (_INPUTS[0],), host=host)

@@ -15,7 +15,8 @@ class Aliases:
     """Union-find over names connected by assignments that may make them the same tensor:
     `a = v`, `a, b = v, w`, `a = v if c else w`, `xs = [v]` / `xs.append(v)` / `xs[0] = v` (a
     container and what it holds), `a = xs[0]`, `for a in xs`, `a = v.view(...)` and other views,
-    `a = v.mul_(s)` (an in-place method returns its tensor).
+    `a = v.mul_(s)` (an in-place method returns its tensor), `a = self.same(v)` (a user method
+    that may return its argument: `effects.mark`).
     Over-approximate on purpose: a pair it misses could lose an in-place update."""
 
     def __init__(self, scope: ast.AST) -> None:
@@ -32,7 +33,7 @@ class Aliases:
                     and node.func.attr in ("append", "extend", "insert", "add", "update", "setdefault") \
                     and isinstance(node.func.value, ast.Name):
                 for arg in node.args:
-                    self._join(node.func.value.id, _sources(arg))
+                    self._join(node.func.value.id, sources(arg))
 
     def _find(self, n: str) -> str:
         while self._parent.get(n, n) != n:
@@ -59,9 +60,12 @@ class Aliases:
             # `xs[0] = v` stores the tensor in a list (or an object); `a[0, 5] = h[1, 5]` copies values
             self._join(first, _held(value))
             return
-        self._join(first, _sources(value))
         if isinstance(target, (ast.Tuple, ast.List, ast.Starred)):
-            return  # `a, b = pair`: each may be any element of the value, not necessarily each other
+            # `a, b = pair`: each may be any element of the value (one class: the relation is a union)
+            for n in names:
+                self._join(n, sources(value))
+            return
+        self._join(first, sources(value))
         self._join(first, names - {first})
 
     def same(self, n: str, m: str) -> bool:
@@ -95,28 +99,31 @@ def _held(value: ast.AST) -> set[str]:
     return set()
 
 
-def _sources(value: ast.AST) -> set[str]:
+def sources(value: ast.AST) -> set[str]:
     """Names whose tensor the value may be, hold or view."""
     if isinstance(value, ast.Name):
         return {value.id}
     if isinstance(value, (ast.Tuple, ast.List, ast.Set)):
-        return set().union(*(_sources(e) for e in value.elts)) if value.elts else set()
+        return set().union(*(sources(e) for e in value.elts)) if value.elts else set()
     if isinstance(value, ast.Dict):
-        return set().union(*(_sources(e) for e in value.values)) if value.values else set()
+        return set().union(*(sources(e) for e in value.values)) if value.values else set()
     if isinstance(value, ast.Starred):
-        return _sources(value.value)
+        return sources(value.value)
     if isinstance(value, ast.IfExp):
-        return _sources(value.body) | _sources(value.orelse)
+        return sources(value.body) | sources(value.orelse)
     if isinstance(value, ast.BoolOp):
-        return set().union(*(_sources(e) for e in value.values))
+        return set().union(*(sources(e) for e in value.values))
     if isinstance(value, ast.NamedExpr):
-        return {value.target.id} | _sources(value.value)  # type: ignore[union-attr]
+        return {value.target.id} | sources(value.value)  # type: ignore[union-attr]
     if isinstance(value, (ast.Subscript, ast.Attribute)):
-        return _sources(value.value)  # an element, a slice (a view), `v.T`, `v.data`
+        return sources(value.value)  # an element, a slice (a view), `v.T`, `v.data`
+    if isinstance(value, ast.Call) and hasattr(value, "_dycl_returns"):
+        # a user method or function that may return (a view of) an argument (`effects.mark`)
+        return set(value._dycl_returns)  # type: ignore[attr-defined]
     if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) \
             and (value.func.attr in _VIEWS or _in_place(value.func.attr)):
-        return _sources(value.func.value)  # (an in-place method, `v.mul_(s)`, returns its tensor)
+        return sources(value.func.value)  # (an in-place method, `v.mul_(s)`, returns its tensor)
     if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id in ("list", "tuple", "iter",
                                                                                               "reversed", "zip", "enumerate"):
-        return set().union(*(_sources(a) for a in value.args)) if value.args else set()
+        return set().union(*(sources(a) for a in value.args)) if value.args else set()
     return set()

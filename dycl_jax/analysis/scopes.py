@@ -96,6 +96,8 @@ class _Scanner(ast.NodeVisitor):
             # outs.append(y): the list is an output of a branch that appends to it (only a
             # local container called directly; `self.cache.update(...)` changes no local)
             self.acc.mutates.add(func.value.id)
+        # a user method or function that may update an argument in place (`effects.mark`): `b = self.bumped(v)`
+        self.acc.mutates |= getattr(node, "_dycl_updates", frozenset())
         for kw in node.keywords:  # torch.add(a, b, out=v): torch writes the result into v
             if kw.arg == "out" and (base := _base_name(kw.value)):
                 self.acc.mutates.add(base)

@@ -14,6 +14,7 @@ from typing import Any, Iterator, Sequence
 
 import torch
 
+from dycl_jax.analysis import effects
 from dycl_jax.analysis.closures import closure_hazards
 from dycl_jax.errors import DyclError
 from dycl_jax.analysis.dynamism import constructs, needs_rewrite
@@ -85,10 +86,10 @@ class UnrollOption:
 
 
 def _rewrite(fn: types.FunctionType, helper_cells: dict[str, types.CellType], upto: str | None = None,
-             dispatch: bool = False, unroll: UnrollOption | None = None, hosted: frozenset = frozenset()
-             ) -> _Rewritten:
+             dispatch: bool = False, unroll: UnrollOption | None = None, hosted: frozenset = frozenset(),
+             calls: tuple[effects.CallEffects, effects.CallEffects] = ((), ())) -> _Rewritten:
     key = (fn.__code__, id(fn.__globals__), tuple(sorted((k, id(v)) for k, v in helper_cells.items())), upto,
-           dispatch, unroll, hosted)
+           dispatch, unroll, hosted, calls)
     if key in _CACHE:
         return _CACHE[key]
     src = read_function(fn)
@@ -101,6 +102,8 @@ def _rewrite(fn: types.FunctionType, helper_cells: dict[str, types.CellType], up
             fix=f"pass `{hazard.variable}` to `{hazard.function}` as an argument",
         )
     original = copy.deepcopy(src.tree)
+    first = src.tree.args.posonlyargs + src.tree.args.args
+    effects.mark(src.tree, calls[0], calls[1], first[0].arg if calls[0] and first else None)
     ctx = Context(src, helpers=helper_cells, unroll=unroll, hosted=hosted)
     tree = pipeline.run(ctx, upto, dispatch=dispatch)
     new_fn, filename, _ = codegen.build(ctx, tree)
@@ -136,6 +139,86 @@ def _referenced(fn: types.FunctionType, rewritten: dict[types.FunctionType, Any]
     return names
 
 
+class _Effects:
+    """What the user methods and functions a rewritten function calls do to their arguments
+    (`analysis/effects.py`), found as Python would call them on these instances: `self.same(v)`
+    (a user method: its body is read), `self.block(h)` (a submodule: its forward, if it is user
+    code; a torch layer only where it is built with `inplace=True`), `bump(v)` (a user function).
+    One per plan: a function's summary depends on the instance it is bound to."""
+
+    DEPTH = 4  # calls followed from a rewritten function (a recursive method stops there)
+
+    def __init__(self) -> None:
+        self._memo: dict[tuple[types.FunctionType, int], effects.Effects | None] = {}
+
+    def calls(self, fn: types.FunctionType, owners: Sequence[Any], depth: int = 0
+              ) -> tuple[effects.CallEffects, effects.CallEffects]:
+        """(methods of `self`, functions by name) that `fn` may call, bound to each of `owners`."""
+        names = sorted(disc.code_names(fn.__code__))
+        methods: dict[str, set[effects.Effects]] = {}
+        for owner in owners:
+            for n in names:
+                found = self._of(self._member(owner, n), owner, depth)
+                if found:
+                    methods.setdefault(n, set()).add(found)
+        functions: dict[str, set[effects.Effects]] = {}
+        cells = dict(zip(fn.__code__.co_freevars, fn.__closure__ or ()))
+        for n in sorted(set(names) | set(cells)):
+            try:
+                value = cells[n].cell_contents if n in cells else fn.__globals__.get(n)
+            except ValueError:  # (an empty cell)
+                continue
+            found = self._of(value, None, depth) if isinstance(value, types.FunctionType) else None
+            if found:
+                functions.setdefault(n, set()).add(found)
+        return (tuple((n, tuple(sorted(e, key=repr))) for n, e in sorted(methods.items())),
+                tuple((n, tuple(sorted(e, key=repr))) for n, e in sorted(functions.items())))
+
+    @staticmethod
+    def _member(owner: Any, n: str) -> Any:
+        """`owner.<n>` where it is a submodule or a function of the class (no property runs)."""
+        if isinstance(owner, torch.nn.Module) and n in owner._modules:
+            return owner._modules[n]
+        static = inspect.getattr_static(type(owner), n, None)
+        return static if isinstance(static, (types.FunctionType, staticmethod, classmethod)) else None
+
+    def _of(self, value: Any, owner: Any, depth: int) -> effects.Effects | None:
+        if isinstance(value, torch.nn.Module):
+            forward = getattr(type(value), "forward", None)
+            if isinstance(forward, types.FunctionType) and not disc.is_library(forward):
+                return self._summary(forward, value, 1, depth)
+            return effects.IN_PLACE_MODULE if getattr(value, "inplace", False) is True else None
+        if isinstance(value, staticmethod):
+            return self._of(value.__func__, None, depth)
+        if isinstance(value, classmethod):
+            return self._summary(value.__func__, None, 1, depth) \
+                if isinstance(value.__func__, types.FunctionType) else None
+        if isinstance(value, types.FunctionType):
+            return self._summary(value, owner, 1 if owner is not None else 0, depth)
+        return None
+
+    def _summary(self, fn: types.FunctionType, owner: Any, skip: int, depth: int) -> effects.Effects | None:
+        if disc.is_library(fn) or fn.__name__ == "<lambda>" or depth >= self.DEPTH:
+            return None
+        key = (fn, id(owner))
+        if key not in self._memo:
+            self._memo[key] = None  # (a recursive call: unknown while it is summarized)
+            try:
+                tree = read_function(fn).tree
+            except DyclError:
+                return None  # its source cannot be read: nothing is known of its effects, as before
+            calls = self.calls(fn, [owner] if owner is not None else [], depth + 1)
+            args = tree.args.posonlyargs + tree.args.args
+            effects.mark(tree, *calls, args[0].arg if owner is not None and args else None)
+            self._memo[key] = effects.summarize(tree, skip)
+        return self._memo[key]
+
+
+def _owners(fn: types.FunctionType, targets: Sequence[disc.Target]) -> list[Any]:
+    """The instances `fn` runs bound to (as a method)."""
+    return [t.bound for t in targets if t.fn is fn and t.binding == "method"]
+
+
 def _reads_data(tree: ast.AST) -> bool:
     return any(isinstance(n, ast.Attribute) and n.attr == "data" and isinstance(n.ctx, ast.Load) for n in ast.walk(tree))
 
@@ -163,9 +246,11 @@ def _plan(model: torch.nn.Module, method: str, unroll: UnrollOption | None = Non
                 changed = True
     cells = {h: types.CellType() for h in dynamic & helper_fns}
     done: dict[types.FunctionType, _Rewritten] = {}
+    known = _Effects()
     for fn in dynamic:
         refs = _referenced(fn, cells)
-        done[fn] = _rewrite(fn, {name: cells[h] for name, h in refs.items()}, unroll=unroll if fn in top else None)
+        done[fn] = _rewrite(fn, {name: cells[h] for name, h in refs.items()}, unroll=unroll if fn in top else None,
+                            calls=known.calls(fn, _owners(fn, targets)))
     for h, cell in cells.items():
         cell.cell_contents = done[h].fn
     return [t for t in targets if t.fn in done], done, cells
@@ -298,13 +383,15 @@ def dispatch_plan(model: torch.nn.Module, method: str = "forward") -> DispatchPl
     if not any(t.owner is model and t.attr == method for t in chosen):
         chosen.insert(0, _library_root(model, method))
     hosts = {id(t.owner) for t in chosen if t.attr == "forward" and isinstance(t.owner, torch.nn.Module)}
+    known = _Effects()
     for target in chosen:
         fn = target.fn
         owner = target.owner
         hosted = frozenset(k for k, m in owner._modules.items() if id(m) in hosts) \
             if isinstance(owner, torch.nn.Module) else frozenset()
         refs = _referenced(fn, cells)
-        done = _rewrite(fn, {name: cells[h] for name, h in refs.items()}, dispatch=True, hosted=hosted)
+        done = _rewrite(fn, {name: cells[h] for name, h in refs.items()}, dispatch=True, hosted=hosted,
+                        calls=known.calls(fn, _owners(fn, targets)) if fn is not library_root.library_forward else ((), ()))
         dispatch.append((target, done.fn))
         record.functions.append(done.record)
     staged = [(t.owner, t.attr, _bind(t, staged_done[t.fn].fn)) for t in staged_targets]
