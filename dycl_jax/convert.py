@@ -172,12 +172,17 @@ def _staged(model: torch.nn.Module, args: tuple, method: str, dynamic_batch: boo
     jm._report = build_report(type(model).__name__, method, jm.host, cap, graph, timings, rewrite_record)
     jm._report.integers = describe_ints(ints)
     jm.source = model_source(model, method)
-    # what emission needs, without the weights: emit() reads them from the JAX state (trained
-    # values included), and the JaxModel must not keep the torch parameters alive
-    jm._emit_input = EmitInput(_graph_only(cap.ep), {e.path: e.tensor.detach().to("meta") for e in cap.state},
-                               {p: type(m) for p, m in model.named_modules(remove_duplicate=False)},
-                               [s.name for s in cap.inputs], cap.out_spec, type(model).__name__, ints.wide)
+    jm._emit_input = _emit_input(model, cap, ints.wide)
     return jm
+
+
+def _emit_input(model: torch.nn.Module, cap: Any, x64: bool) -> EmitInput:
+    """What emission needs, without the weights: emit() reads them from the JAX state (trained
+    values included), and the JaxModel must not keep the torch parameters alive."""
+    return EmitInput(_graph_only(cap.ep), {e.path: e.tensor.detach().to("meta") for e in cap.state},
+                     {p: type(m) for p, m in model.named_modules(remove_duplicate=False)},
+                     [s.name for s in cap.inputs], cap.out_spec, type(model).__name__, x64,
+                     tuple(cap.mutations), frozenset(e.path for e in cap.state if e.kind == "param"))
 
 
 def _rerolled(graph: LoweredGraph, module: Any, variables: list, paths: list[str]) -> tuple[Any, list, list[str]]:
@@ -249,6 +254,7 @@ def _training(model: torch.nn.Module, args: tuple, method: str, host: str, dynam
         jax.eval_shape(jm._fn, jm._state_values(), jm.signature.bind(args), jax.random.key(0))
     jm._report = build_report(type(model).__name__, method, jm.host, cap, graph, {}, rewrite_record)
     jm._report.integers = describe_ints(ints)
+    jm._emit_input = _emit_input(model, cap, ints.wide)  # a train-mode module, keys and statistics
     return jm
 
 

@@ -4,6 +4,7 @@ original torch model and with `jm` (which ran those inputs before emitting)."""
 from __future__ import annotations
 
 import importlib
+import importlib.util
 
 import pytest
 import torch
@@ -77,3 +78,47 @@ def test_emit_refuses_a_part_the_host_ran_only_in_torch_for_a_shared_list() -> N
     with pytest.raises(dycl_jax.DyclError, match="under several names") as err:
         jm.to_source()
     assert err.value.location is not None and err.value.location.line > 0
+
+
+class SavedAlias(torch.nn.Module):
+    """A dispatch part that appends to `outs` (only in place) and names it `saved` too; the
+    other path binds the name on the host."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 4)
+        self.fc2 = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        outs = [x]
+        h = torch.relu(self.fc(x))
+        if x.sum() > 0:
+            g = self.fc2(h)
+            outs.append(g)
+            saved = outs
+        else:
+            saved = outs
+        return outs, saved, len(saved)
+
+
+def test_emitted_dispatch_part_keeps_one_list_under_two_names(tmp_path) -> None:
+    """The part's program returns new lists: the emitted host writes them into the caller's list
+    and binds `saved` to it again, so `saved is outs` as in torch (it gave two lists before)."""
+    torch.manual_seed(0)
+    model = SavedAlias().eval()
+    xs = [torch.ones(2, 4) * 3, -torch.ones(2, 4) * 3]
+    jm = dycl_jax.to_jax(model, (xs[0],), host="dispatch")
+    for x in xs:
+        jm(x)
+    spec = importlib.util.spec_from_file_location("emitted_saved_alias", jm.emit(str(tmp_path / "m")))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    emitted = module.load()
+    assert "outs[:]" in (tmp_path / "m" / "model.py").read_text()
+    for k, x in enumerate(xs):
+        with torch.no_grad():
+            want = model(x)
+        got = emitted(x.numpy())
+        assert_same(want, got, f"input {k}")
+        assert_same(want, jm(x), f"input {k} jm")
+        assert got[0] is got[1] and want[0] is want[1], k  # one list, as torch's

@@ -14,7 +14,7 @@ import torch
 import torch.fx
 
 from dycl_jax.emit import hierarchy
-from dycl_jax.emit.ops import NO_VALUE, RULES, Expr, lit
+from dycl_jax.emit.ops import KEYS, NO_VALUE, RANDOM, RULES, Expr, lit
 from dycl_jax.errors import DyclError, Location
 from dycl_jax.lower.interpreter import node_frames, node_location, node_site
 
@@ -24,8 +24,10 @@ if TYPE_CHECKING:
 _HOPS = (torch.ops.higher_order.cond, torch.ops.higher_order.while_loop)
 _NP = {torch.float32: np.float32, torch.float16: np.float16, torch.bfloat16: "bfloat16", torch.int64: np.int32,
        torch.int32: np.int32, torch.int16: np.int16, torch.int8: np.int8, torch.uint8: np.uint8, torch.bool: np.bool_}
-_PY_OPS = {operator.add: "+", operator.sub: "-", operator.mul: "*", operator.floordiv: "//", operator.mod: "%"}
-RESERVED = {"self", "jax", "jnp", "nnx", "np", "conv_nchw", "Buffer", "load", "rngs", "carry"}
+_PY_OPS = {operator.add: "+", operator.sub: "-", operator.mul: "*", operator.floordiv: "//", operator.mod: "%",
+           operator.truediv: "/"}
+RESERVED = {"self", "jax", "jnp", "nnx", "np", "conv_nchw", "Buffer", "load", "rngs", "carry", "key", KEYS,
+            "dropout", "RandomKeys", "loop_key"}
 
 
 def _np_dtype(val: Any) -> Any:
@@ -68,6 +70,7 @@ class Body:
     last_use: dict[Any, int] = field(default_factory=dict)
     reserved: set[str] = field(default_factory=set)
     step: int = 0
+    keyed: bool = False  # the body draws random numbers (itself, in a branch, or in a call): it reads `keys`
 
     # ---- names -------------------------------------------------------------------------
     def fresh(self, wanted: str, node: Any) -> str:
@@ -169,7 +172,9 @@ class Body:
             src, k = node.args
             parts = self.env.get(src)
             if isinstance(parts, tuple) and isinstance(k, int) and 0 <= k < len(parts) and parts[k] is not None:
-                self._publish(node, parts[k], users, line_of, i)  # cond / while outputs, or a tuple op's item
+                # cond / while outputs, or a tuple op's item; a random op's value gets a name, so
+                # keys are drawn in statement order (the program's)
+                self._publish(node, parts[k], users, line_of, i, named=src.target in RANDOM and f"{KEYS}()" in parts[k])
                 return
             raise self.program.no_rule(node, f"item {k} of {getattr(src.target, '__name__', src.target)}")
         if target in _PY_OPS:
@@ -188,17 +193,21 @@ class Body:
             text = r.text(*args, **kwargs, **({"node": node} if r.node else {}))
         except (KeyError, TypeError) as exc:
             raise self.program.no_rule(node, f"{target} with these arguments ({exc})") from None
+        drawn = target in RANDOM and f"{KEYS}()" in text
+        self.keyed |= drawn
         if isinstance(text, tuple):  # a list-valued op (split): one text per item
             self.env[node] = tuple(Expr(t) for t in text)
             return
         if r.parts:
             self.env[node] = tuple(Expr(text) if k in r.parts else None for k in range(max(r.parts) + 3))
             return
-        self._publish(node, self._cast(node, text, r.dtype), users, line_of, i)
+        self._publish(node, self._cast(node, text, r.dtype), users, line_of, i, named=drawn)
 
-    def _named(self, a: Any) -> Any:
+    def _named(self, a: Any, wanted: str = "t") -> Any:
         if isinstance(a, Expr) and not a.isidentifier() and not a.startswith("self."):
-            name = self.fresh("t", a)
+            token = object()  # live through the statement being written: two arguments, two names
+            self.last_use[token] = self.step + 1
+            name = self.fresh(wanted, token)
             self.lines.append(f"{name} = {a}")
             return Expr(name)
         return a
@@ -226,7 +235,9 @@ class Body:
         if layer is not None and len(outputs) == 1 and len(inputs) == 1:
             self._publish(outputs[0], layer.call(ref, lit(self.value(inputs[0]))), users, line_of, i)
             return
-        args = ", ".join(lit(self._named(self.value(a))) for a in inputs)
+        args = ", ".join([lit(self._named(self.value(a))) for a in inputs]
+                         + ([KEYS] if call.path in self.program.keyed_calls else []))
+        self.keyed |= call.path in self.program.keyed_calls
         text = f"{ref}({args})"
         names = assigned_names(line_of[i])
         if len(outputs) == 1:

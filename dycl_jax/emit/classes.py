@@ -94,7 +94,8 @@ def _instance(prog: Program, path: str, paths: list[str], ctors: dict[str, Ctor]
         names += c.names
     for s in (s for s in prog.raw if s.rpartition(".")[0] == path):
         t = prog.state[s]
-        kind = "nnx.Param" if isinstance(t, torch.nn.Parameter) or t.requires_grad else "Buffer"
+        kind = "nnx.Param" if isinstance(t, torch.nn.Parameter) or t.requires_grad else (
+            "nnx.BatchStat" if s in prog.updated else "Buffer")
         leaf = s.rpartition(".")[2]
         init.append(f"self.{leaf} = {kind}(jnp.zeros({{}}, {lit(t.dtype)}))")
         values.append(lit(tuple(t.shape)))

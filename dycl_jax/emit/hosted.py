@@ -241,8 +241,9 @@ class HostedEmitter:
         while name in taken:  # two regions on one line (an island's host version)
             name += "_"
         self.lines_of[(rid, k)] = [name, spec, part, path]
-        outs = ", ".join(part.outs) + ("," if len(part.outs) == 1 else "")
-        return [f"{outs} = " + _call_marker(rid, k) if part.outs else _call_marker(rid, k)]
+        targets, after = _kept_identities(spec, part, dict(zip(part.ins, given)))
+        outs = ", ".join(targets) + ("," if len(targets) == 1 else "")
+        return [f"{outs} = " + _call_marker(rid, k) if part.outs else _call_marker(rid, k)] + after
 
     # ------------------------------------------------------------ the host functions
 
@@ -408,6 +409,36 @@ def _appended(name: str, value: Any, g: _Graph) -> str:
         return repr(value)
     rest = value[len(held):]
     return f"{name} + {rest!r}" if rest else name
+
+
+def _kept_identities(spec: Any, part: Part, given: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """The call's assignment targets and the statements after it that keep list identity as the
+    live host does (`appends.kept_in_place`, `kept_identity`): a method returns new lists, so a
+    list the part changes only in place is written into the caller's list (`outs[:] = ...`, seen
+    by every name holding it), and an output that holds another output's object, or an input's
+    (`saved = outs`), is bound to it again."""
+    targets, after = list(part.outs), []
+    for i, o in part.in_place:
+        if type(given.get(part.ins[i])) is list:
+            targets[o] = f"{part.outs[o]}[:]"
+        elif type(given.get(part.ins[i])) is dict:
+            targets[o] = f"_{part.outs[o]}_new"
+            after += [f"{part.outs[o]}.clear()", f"{part.outs[o]}.update(_{part.outs[o]}_new)"]
+    for o, from_input, i in part.same:
+        if not from_input:
+            after.append(f"{part.outs[o]} = {part.outs[i]}")
+            continue
+        src = part.ins[i]
+        if any(j == i for j, _ in part.in_place):  # the caller's object gets the new contents already
+            targets[o] = "_"
+        elif src in part.outs or type(given.get(src)) not in (list, dict):
+            raise _refuse(spec, part, f"gives back `{part.outs[o]}` as the caller's `{src}` changed, which the "
+                                      "emitted method does not keep")
+        else:
+            targets[o] = f"{src}[:]" if type(given[src]) is list else f"_{src}_new"
+            after += [] if type(given[src]) is list else [f"{src}.clear()", f"{src}.update(_{src}_new)"]
+        after.append(f"{part.outs[o]} = {src}")
+    return targets, after
 
 
 def _call_marker(rid: int, k: int) -> str:

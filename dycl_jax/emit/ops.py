@@ -284,3 +284,42 @@ rule(aten.scalar_tensor.default, dtype="own")(
 rule(aten.index.Tensor)(lambda a, idx: f"{lit(a)}[{_indices(idx)}]")
 rule(aten.index_put.default)(lambda a, idx, v, accumulate=False:
                              f"{lit(a)}.at[{_indices(idx)}].{'add' if accumulate else 'set'}({lit(v)})")
+rule(aten.var.correction)(  # torch's correction is numpy's ddof
+    lambda a, dims=None, correction=1, keepdim=False:
+    f"jnp.var({lit(a)}, axis={_axes(dims) if dims else None}, ddof={lit(1 if correction is None else correction)}, "
+    f"keepdims={keepdim})")
+rule(torch.sym_max, dtype="own")(lambda a, b: f"max({lit(a)}, {lit(b)})")  # sizes: Python ints at trace time
+rule(torch.sym_min, dtype="own")(lambda a, b: f"min({lit(a)}, {lit(b)})")
+
+# Random ops of a train-mode program. `keys()` is the call's next key (the emitted RandomKeys):
+# the n-th random op traced draws fold_in(key, n), as the converted model's do (lower/keys.py),
+# so the same key gives the same values; an op that draws nothing there takes no key here either.
+KEYS = "keys"
+RANDOM = {aten.native_dropout.default, aten.bernoulli.p, aten.rand_like.default, aten.randn_like.default}
+
+
+@rule(aten.native_dropout.default, parts=(0,))
+def _dropout(x: Any, p: float, train: Any) -> str:
+    if not train or p == 0:
+        return lit(x)
+    if p >= 1:
+        return f"jnp.zeros_like({lit(x)})"  # torch zeroes everything (its scale would be infinite)
+    return f"dropout({lit(x)}, {lit(p)}, {KEYS}())"
+
+
+rule(aten.bernoulli.p, dtype="own")(
+    lambda x, p=0.5, generator=None: f"jax.random.bernoulli({KEYS}(), {lit(p)}, {lit(x)}.shape).astype({lit(x)}.dtype)")
+
+
+def _drawn(fn: str) -> Callable[..., str]:
+    def text(x: Any, dtype: Any = None, **_: Any) -> str:
+        want = dtype_text(dtype) if dtype is not None else f"{lit(x)}.dtype"
+        # drawn in float32 at least, then rounded once (the converted model's rule)
+        return (f"jax.random.{fn}({KEYS}(), {lit(x)}.shape, jnp.promote_types({want}, jnp.float32))"
+                f".astype({want})")
+    return text
+
+
+rule(aten.rand_like.default, dtype="own")(_drawn("uniform"))
+rule(aten.randn_like.default, dtype="own")(_drawn("normal"))
+rule(aten.reciprocal.default)(lambda a: f"1 / {lit(a)}")  # an integer input gives torch's float (the cast added)

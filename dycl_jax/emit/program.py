@@ -11,7 +11,7 @@ import torch.fx
 from dycl_jax.emit import hierarchy
 from dycl_jax.emit.bodies import Body, call_io, forward_params
 from dycl_jax.emit.layers import TORCH_NAMES, Layer, match
-from dycl_jax.emit.ops import Expr
+from dycl_jax.emit.ops import KEYS, Expr
 from dycl_jax.errors import DyclError, Location
 from dycl_jax.lower.interpreter import node_frames, node_location
 
@@ -20,8 +20,10 @@ class Program:
     """Module classes by path, state by placeholder, and the layers and bodies found so far."""
 
     def __init__(self, gm: torch.fx.GraphModule | list[torch.fx.GraphModule], classes: dict[str, type],
-                 state: dict[str, torch.Tensor], refs: dict[torch.fx.Node, str]):
+                 state: dict[str, torch.Tensor], refs: dict[torch.fx.Node, str], updated: tuple[str, ...] = ()):
         self.classes = classes
+        self.updated = set(updated)  # state a train-mode call writes (nnx.BatchStat): torch paths
+        self.keyed_calls: set[str] = set()  # instances whose __call__ takes the call's random keys
         self.state = state  # torch path -> tensor (torch layout)
         self.refs = dict(refs)  # placeholder -> torch state path
         self.raw: dict[str, None] = {}  # state read as plain arrays (not through a Flax layer), in order
@@ -130,6 +132,9 @@ class Program:
             body.env[node] = Expr(name)
             body.holder[name] = node
         exprs = body.run(call.items, outputs)
+        if body.keyed:
+            params = params + [KEYS]
+            self.keyed_calls.add(call.path)
         text = (params, body.lines + [f"return {', '.join(str(e) for e in exprs)}"])
         if self.bodies.setdefault(call.path, text) != text:
             return True  # the same instance runs different code at two calls: keep each inline

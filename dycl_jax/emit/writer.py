@@ -14,7 +14,7 @@ from dycl_jax.emit import hierarchy
 from dycl_jax.emit.bodies import Body
 from dycl_jax.emit.classes import build_classes
 from dycl_jax.emit.layers import TORCH_NAMES
-from dycl_jax.emit.ops import Expr, lit
+from dycl_jax.emit.ops import KEYS, Expr, lit
 from dycl_jax.emit.program import Program
 from dycl_jax.errors import DyclError
 
@@ -43,6 +43,36 @@ def conv_nchw(conv, x):
     return conv(x.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
 '''
 
+# a train-mode program with random ops: its key stream and torch's dropout
+_RANDOM = '''
+
+class RandomKeys:
+    """One call's random keys: the n-th random op the call traces draws `fold_in(key, n)`.
+
+    The count is a Python int (random ops inside `jax.lax.cond` branches draw from it too, counted
+    as they are traced); a loop carries a key of its own, drawn where it starts. So a call is
+    reproducible from its key: `model(x, key=k)` draws what the converted model's
+    `jm(x, key=k)` draws.
+    """
+
+    def __init__(self, key, drawn=None):
+        self.key, self.drawn = key, drawn if drawn is not None else [0]
+
+    def __call__(self):
+        self.drawn[0] += 1
+        return jax.random.fold_in(self.key, self.drawn[0] - 1)
+
+    def loop(self, loop_key):
+        """A loop iteration's keys, from the key the loop carries; the count goes on (keys never repeat)."""
+        return RandomKeys(jax.random.fold_in(loop_key, 1), self.drawn)
+
+
+def dropout(x, p, key):
+    """torch's dropout in training mode: each value zeroed with probability p, the rest scaled by 1/(1-p)."""
+    keep = jax.random.bernoulli(key, 1.0 - p, x.shape)
+    return jnp.where(keep, x * jnp.asarray(1.0 / (1.0 - p), x.dtype), jnp.zeros((), x.dtype))
+'''
+
 _LOADER = '''
 # torch parameter name -> (Flax attribute, conversion from torch's layout)
 _LAYOUT = {{
@@ -55,8 +85,8 @@ _LAYOUT = {{
 }}
 
 
-def load(path=None):
-    """{root} with the weights in `path` (default: {weights} beside this file)."""
+def load(path=None{rngs_arg}):
+    """{root} with the weights in `path` (default: {weights} beside this file){rngs_doc}."""
     path = path or os.path.join(os.path.dirname(os.path.abspath(__file__)), "{weights}")
     model = nnx.eval_shape(lambda: {root}(rngs=nnx.Rngs(0)))  # shapes only: the values come from the file
     for name, w in safetensors.numpy.load_file(path).items():
@@ -72,8 +102,11 @@ def load(path=None):
     missing = [k for k, v in nnx.state(model).flat_state() if isinstance(v.get_raw_value(), jax.ShapeDtypeStruct)]
     if missing:
         raise ValueError(f"{{path}} has no values for {{missing}}")
-    return model
+{rngs_set}    return model
 '''
+# the loader of a module whose calls draw random numbers: the Rngs a call without key= draws from
+_RNGS = (", rngs=None", "; `rngs`: the nnx.Rngs a call without key= or rngs= draws its key from (default nnx.Rngs(0))",
+         "    model.rngs = rngs if rngs is not None else nnx.Rngs(0)\n")
 
 
 @dataclass
@@ -87,6 +120,10 @@ class EmitInput:
     out_spec: pytree.TreeSpec
     model_name: str
     x64: bool
+    # a train=True conversion: the state paths its graph's first outputs update (torch.export's
+    # buffer mutations, in output order); parameters by path (weights come back as plain tensors)
+    mutations: tuple[str, ...] = ()
+    params: frozenset[str] = frozenset()
 
 
 def _tree(spec: pytree.TreeSpec, leaves: list[str]) -> str:
@@ -122,7 +159,7 @@ def emit_source(inp: EmitInput) -> tuple[str, dict[str, np.ndarray]]:
                         "module does not enable", fix="use the in-memory JaxModel, or `jm.export` for deployment")
     gm = inp.ep.graph_module
     refs, user = state_refs(inp.ep)
-    prog = Program(gm, inp.classes, inp.state, refs)
+    prog = Program(gm, inp.classes, inp.state, refs, inp.mutations)
     body = Body(prog, "", gm)
     params = []
     for node, name in zip(user, inp.input_names):
@@ -133,7 +170,14 @@ def emit_source(inp: EmitInput) -> tuple[str, dict[str, np.ndarray]]:
     items = hierarchy.build([n for n in gm.graph.nodes if n.op == "call_function"], "", prog.inline, prog.classes)
     out_node = next(n for n in gm.graph.nodes if n.op == "output")
     exprs = body.run(items, list(out_node.args[0]))
-    ret = _tree(inp.out_spec, [lit(e) for e in exprs])
+    # a train-mode call writes the statistics it updated (BatchNorm's) into the module, as jm(...) does
+    body.lines += [f"{prog.state_expr(path, '')} = {lit(e)}" for path, e in zip(inp.mutations, exprs)]
+    ret = _tree(inp.out_spec, [lit(e) for e in exprs[len(inp.mutations):]])
+    if body.keyed:
+        prog.keyed_calls.add("")
+        params += ["*", "key=None", "rngs=None"]
+        body.lines.insert(0, f"{KEYS} = RandomKeys(key if key is not None else (rngs if rngs is not None else "
+                             "self.rngs).dropout())  # this call's random ops draw from key, as jm(x, key=key)")
     return assemble(prog, inp.model_name, (params, body.lines + [f"return {ret}"]), inp.state)
 
 
@@ -141,8 +185,12 @@ def assemble(prog: Program, model_name: str, root_call: tuple[list[str], list[st
              methods: dict[str, list[str]] | None = None, functions: list[str] = ()) -> tuple[str, dict[str, np.ndarray]]:
     """The module's text (header, classes, module-level `functions`, loader) and the weights it loads."""
     emitted = build_classes(prog, model_name, root_call, methods)
-    text = "\n\n\n".join([_HEADER.format(model=model_name).rstrip("\n"), *emitted.classes, *functions])
-    text += "\n\n" + _LOADER.format(root=emitted.root, weights=WEIGHTS)
+    keyed = "" in prog.keyed_calls
+    header = _HEADER.format(model=model_name) + (_RANDOM if keyed else "")
+    text = "\n\n\n".join([header.rstrip("\n"), *emitted.classes, *functions])
+    rngs_arg, rngs_doc, rngs_set = _RNGS if keyed else ("", "", "")
+    text += "\n\n" + _LOADER.format(root=emitted.root, weights=WEIGHTS, rngs_arg=rngs_arg, rngs_doc=rngs_doc,
+                                     rngs_set=rngs_set)
     weights: dict[str, np.ndarray] = {}
     for path, layer in prog.layers.items():
         for leaf in TORCH_NAMES[layer.kind]:

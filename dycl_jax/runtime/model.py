@@ -207,6 +207,8 @@ class JaxModel:
         values = path_values(self._variables, self._value_paths or list(inp.state))
         state = {path: torch.from_numpy(np.array(values[path], dtype=np.float32 if meta.dtype == torch.bfloat16
                                                   else None)).to(meta.dtype) for path, meta in inp.state.items()}
+        # parameters stay parameters (nnx.Param in the emitted module, what an optimizer trains)
+        state = {p: torch.nn.Parameter(t, requires_grad=False) if p in inp.params else t for p, t in state.items()}
         return dataclasses.replace(inp, state=state)
 
     @property

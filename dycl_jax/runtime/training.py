@@ -78,19 +78,26 @@ class TrainingJaxModel(JaxModel):
             return self._traced(args, self._key(key))
 
     def to_source(self) -> str:
-        """Not for a train=True model: the emitted module is an inference program."""
-        raise self._not_emitted()
+        """The training-mode program as Flax NNX source (staged host): its `__call__` takes `key=`
+        (or `rngs=`, else draws from the module's `rngs`) as this model does, and writes the
+        updated BatchNorm statistics (`nnx.BatchStat`) into the module."""
+        if self.host == "dispatch":
+            raise self._not_emitted()
+        return super().to_source()
 
     def emit(self, out_dir: str) -> str:
-        """Not for a train=True model (see to_source)."""
-        raise self._not_emitted()
+        """Write the training-mode module (see to_source) and its weights to `out_dir`."""
+        if self.host == "dispatch":
+            raise self._not_emitted()
+        return super().emit(out_dir)
 
     def _not_emitted(self) -> DyclError:
-        # the emitted Flax source has no key argument and no BatchNorm state update: written from
-        # training-mode captures it would run dropout without a key and discard the statistics
+        # the emitted dispatch host's regions are eval-mode programs: written from training-mode
+        # captures they would run dropout without a key and discard the statistics
         return DyclError(
-            f"emitted source is built from inference conversions; this model ({self.host} host) was converted with "
-            "train=True, whose dropout keys and BatchNorm statistic updates the emitted Flax module does not take",
+            "emitted source of a train=True model is written for the staged host; this model runs on the dispatch "
+            "host (the location, where given, is what kept it off the staged host)",
+            location=self.dispatch_location,
             fix="emit a train=False conversion of the model (dycl_jax.to_jax(model.eval(), args).emit(dir)), or "
                 "jm.export(path) this one: a train=True artifact takes a key and returns the updated statistics")
 
