@@ -46,6 +46,80 @@ class WhereStyle(moe.SwitchLayer):
         return out
 
 
+class _Routed(moe.SwitchLayer):
+    def route(self, tokens):
+        """moe's top-1 routing: each token's gate value and expert."""
+        return torch.softmax(self.gate(tokens), dim=-1).max(-1)
+
+
+class AccumulateStyle(_Routed):
+    """`out[sel] += ...` inside `if sel.numel() > 0:` (the writes in the body, no `continue`)."""
+
+    def forward(self, tokens):
+        w, expert_idx = self.route(tokens)
+        out = torch.zeros_like(tokens)
+        for e, expert in enumerate(self.experts):
+            sel = (expert_idx == e).nonzero(as_tuple=True)[0]
+            if sel.numel() > 0:
+                out[sel] += expert(tokens[sel]) * w[sel, None]
+        return out
+
+
+class IndexAddStyle(_Routed):
+    """`out.index_add_(0, sel, ...)` under `if len(sel):`."""
+
+    def forward(self, tokens):
+        w, expert_idx = self.route(tokens)
+        out = torch.zeros_like(tokens)
+        for e, expert in enumerate(self.experts):
+            sel = torch.nonzero(expert_idx == e, as_tuple=True)[0]
+            if len(sel):
+                out.index_add_(0, sel, expert(tokens[sel]) * w[sel].unsqueeze(1))
+        return out
+
+
+class ShapeGuardStyle(_Routed):
+    """`if sel.shape[0] != 0:` around an assignment, and a second `-=` write of the same rows."""
+
+    def forward(self, tokens):
+        w, expert_idx = self.route(tokens)
+        out = tokens.clone()
+        for e, expert in enumerate(self.experts):
+            sel = torch.where(expert_idx == e)[0]
+            if sel.shape[0] != 0:
+                out[sel] = expert(tokens[sel]) * w[sel, None]
+                out[sel] -= 0.5 * tokens[sel]
+        return out
+
+
+class Top1Router(moe.SwitchLayer):
+    """A top-1 router as research code writes it: a boolean mask per expert, `if mask.any():`,
+    the gate value broadcast over the features, accumulated into the output."""
+
+    def forward(self, tokens):
+        scores = self.gate(tokens).softmax(dim=-1)
+        gate, idx = torch.max(scores, dim=1)
+        out = torch.zeros_like(tokens)
+        for e, expert in enumerate(self.experts):
+            mask = idx == e
+            if mask.any():
+                out[mask] += expert(tokens[mask]) * gate[mask, None]
+        return out
+
+
+class BareMaskStyle(_Routed):
+    """`out[mask] = expert(tokens[mask])` with no emptiness test at all (torch runs the expert
+    on zero rows) in a function with no other tensor-decided construct."""
+
+    def forward(self, tokens):
+        w, expert_idx = self.route(tokens)
+        out = torch.zeros_like(tokens)
+        for e, expert in enumerate(self.experts):
+            mask = expert_idx == e
+            out[mask] = expert(tokens[mask]) * w[mask].unsqueeze(-1)
+        return out
+
+
 class MixesRows(moe.SwitchLayer):
     """Each expert's output is centred on the mean over its own tokens: it mixes the selected rows."""
 
@@ -91,6 +165,34 @@ class RepeatedRows(moe.SwitchLayer):
         return out
 
 
+class RepeatedIndexAdd(moe.SwitchLayer):
+    """`nonzero` of a 2-D mask repeats a token's row once per expert over the threshold, and
+    `index_add_` adds every repeat: accumulating writes equal a masked dense form only for
+    distinct rows, so this one must keep its exact indices."""
+
+    def forward(self, tokens):
+        probs = torch.softmax(self.gate(tokens), dim=-1)
+        out = torch.zeros_like(tokens)
+        sel = (probs > 0.2).nonzero(as_tuple=True)[0]
+        out.index_add_(0, sel, self.experts[0](tokens[sel]))
+        return out
+
+
+class WholeTensorWrite(_Routed):
+    """Writes a value with all N rows (not computed from the selected ones) into the selected
+    rows: torch accepts it only when every row is selected, so no dense form may take it."""
+
+    def forward(self, tokens):
+        w, expert_idx = self.route(tokens)
+        out = torch.zeros_like(tokens)
+        for e, expert in enumerate(self.experts):
+            sel = (expert_idx == e).nonzero(as_tuple=True)[0]
+            if sel.numel() == 0:
+                continue
+            out[sel] = expert(tokens) * w[:, None]
+        return out
+
+
 def _model(layer: type | None):
     model, args = moe.example()
     if layer is not None:
@@ -105,12 +207,13 @@ def _inputs(covering: bool) -> tuple:
 
 
 def _matches_on_every_path(model, jm, inputs) -> None:
+    routing = _model(None)[0]  # every layer here routes as moe's (an expert may run on zero rows)
     paths = set()
     for k, args in enumerate(inputs):
         with torch.no_grad():
             want = model(*args)
         assert_same(want, jm(*args), f"input {k}")
-        paths.update(moe.path_of(model, args))
+        paths.update(moe.path_of(routing, args))
     assert paths == set(moe.PATHS), set(moe.PATHS) - paths
 
 
@@ -130,6 +233,17 @@ def test_bounded_form_is_one_staged_program_equal_to_torch(host, layer) -> None:
     _matches_on_every_path(model, jm, _inputs(False))
 
 
+@pytest.mark.parametrize("layer", [AccumulateStyle, IndexAddStyle, ShapeGuardStyle, Top1Router, BareMaskStyle])
+def test_more_written_forms_stage_equal_to_torch(layer) -> None:
+    """`+=`/`-=`, `index_add_`, a nonempty test around the writes instead of `continue`, and a
+    boolean-mask top-1 router: one staged program, equal to torch on every path (every expert
+    empty in some input, all used in others)."""
+    model, args = _model(layer)
+    jm = dycl_jax.to_jax(model, args, host="staged")
+    _one_staged_program(jm)
+    _matches_on_every_path(model, jm, _inputs(False))
+
+
 @pytest.mark.parametrize("layer", [MixesRows, SumsRows, RepeatedRows])
 def test_rows_mixed_or_repeated_refuse_the_bounded_form(layer) -> None:
     model, args = _model(layer)
@@ -138,6 +252,23 @@ def test_rows_mixed_or_repeated_refuse_the_bounded_form(layer) -> None:
     err = info.value
     assert err.location is not None and err.location.file == __file__, err
     assert 'host="auto"' in (err.fix or "") and 'host="dispatch"' in (err.fix or "")
+
+
+def test_repeated_rows_accumulate_on_the_dispatch_host_equal_to_torch() -> None:
+    model, args = _model(RepeatedIndexAdd)
+    jm = dycl_jax.to_jax(model, args)
+    assert jm.host == "dispatch"
+    xs = _inputs(True)
+    assert any(((torch.softmax(model.moe.gate(model.norm(x.reshape(-1, 16))), -1) > 0.2).sum(-1) > 1).any()
+               for (x,) in xs), "no input repeats a row"
+    _matches_on_every_path(model, jm, xs)
+
+
+def test_a_value_with_the_masks_rows_not_from_the_selection_is_refused() -> None:
+    model, args = _model(WholeTensorWrite)
+    with pytest.raises(DyclError) as info:
+        dycl_jax.to_jax(model, args, host="staged")
+    assert info.value.location is not None and info.value.location.file == __file__, info.value
 
 
 def test_rows_mixed_run_on_the_dispatch_host_equal_to_torch() -> None:
