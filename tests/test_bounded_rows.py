@@ -10,6 +10,9 @@ import torch
 
 import dycl_jax
 from dycl_jax.errors import DyclError
+from dycl_jax.report.record import report_from_dict, report_to_dict
+from dycl_jax.report.render import render_report
+from dycl_jax.rewrite import rows
 from examples.dynn import moe
 from differential import assert_same  # pytest puts tests/ on sys.path
 from gradient_parity import fewest_covering
@@ -277,3 +280,37 @@ def test_rows_mixed_run_on_the_dispatch_host_equal_to_torch() -> None:
     assert jm.host == "dispatch"
     assert "test_bounded_rows.py:" in jm.report().dispatch_reason
     _matches_on_every_path(model, jm, _inputs(True))
+
+
+def test_report_names_each_bounded_selection_with_file_and_line() -> None:
+    """The report's data (a field) says which statements staged through the bounded form;
+    rich renders it; a round trip through JSON keeps it; the dispatch host lists none."""
+    model, args = _model(None)
+    report = dycl_jax.to_jax(model, args, host="staged").report()
+    line = next(i for i, text in enumerate(open(moe.__file__), 1) if ".nonzero(as_tuple=True)[0]" in text)
+    assert report.bounded_rows == [f"moe.py:{line}: sel = (expert_idx == e).nonzero(as_tuple=True)[0]"]
+    text = render_report(report, width=200)
+    assert "bounded rows" in text and f"moe.py:{line}" in text
+    assert report_from_dict(report_to_dict(report)).bounded_rows == report.bounded_rows
+    masked = dycl_jax.to_jax(*_model(Top1Router), host="staged").report()  # a mask: the write's line
+    assert [b.split(": ")[0] for b in masked.bounded_rows] == [f"test_bounded_rows.py:{_line_of(Top1Router, '+=')}"]
+    assert dycl_jax.to_jax(model, args, host="dispatch").report().bounded_rows == []
+
+
+def _line_of(cls: type, needle: str) -> int:
+    import inspect
+    lines, start = inspect.getsourcelines(cls)
+    return start + next(i for i, text in enumerate(lines) if needle in text)
+
+
+def test_two_conversions_in_one_process_keep_their_own_selections() -> None:
+    """The selections' locations belong to one capture: a second conversion reports (and a
+    refusal names) only its own, and nothing stays recorded once a conversion ends."""
+    first = dycl_jax.to_jax(*_model(WhereStyle), host="staged").report().bounded_rows
+    assert [b.split(": ")[0] for b in first] == [f"test_bounded_rows.py:{_line_of(WhereStyle, 'torch.where(expert_idx')}"]
+    second = dycl_jax.to_jax(*_model(AccumulateStyle), host="staged").report().bounded_rows
+    assert [b.split(": ")[0] for b in second] == [f"test_bounded_rows.py:{_line_of(AccumulateStyle, '.nonzero(')}"]
+    with pytest.raises(DyclError) as info:
+        dycl_jax.to_jax(*_model(SumsRows), host="staged")
+    assert info.value.location.line == _line_of(SumsRows, ".nonzero(")
+    assert rows._DENSE.get() is None and all(rows.location(u) is None for u in range(next(rows._UIDS)))
