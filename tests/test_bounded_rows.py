@@ -15,7 +15,7 @@ from dycl_jax.report.render import render_report
 from dycl_jax.rewrite import rows
 from examples.dynn import moe
 from differential import assert_same  # pytest puts tests/ on sys.path
-from gradient_parity import fewest_covering
+from gradient_parity import assert_gradients_match, fewest_covering
 
 N_INPUTS = 40  # floats within assert_same's 1e-4 of torch; ints and bools exactly
 
@@ -314,3 +314,45 @@ def test_two_conversions_in_one_process_keep_their_own_selections() -> None:
         dycl_jax.to_jax(*_model(SumsRows), host="staged")
     assert info.value.location.line == _line_of(SumsRows, ".nonzero(")
     assert rows._DENSE.get() is None and all(rows.location(u) is None for u in range(next(rows._UIDS)))
+
+
+class LogOfPositive(torch.nn.Module):
+    """Two selections into one output; the first expert takes a log that is finite only on the
+    rows the router gives it (feature 0 > 0). torch never computes it elsewhere, so its
+    gradient is finite; the dense form computes it on every row."""
+
+    def __init__(self):
+        super().__init__()
+        with torch.random.fork_rng():
+            torch.manual_seed(0)
+            self.log_expert = torch.nn.Linear(4, 4)
+            self.other = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        out = torch.zeros_like(x)
+        pos = (x[:, 0] > 0).nonzero(as_tuple=True)[0]
+        if pos.numel() > 0:
+            out[pos] = torch.log(x[pos, :1]) * self.log_expert(x[pos])
+        rest = (x[:, 0] <= 0).nonzero(as_tuple=True)[0]
+        if rest.numel() > 0:
+            out[rest] = self.other(x[rest])
+        return out
+
+
+def test_unselected_rows_put_no_nan_into_the_gradient() -> None:
+    """jax.grad of the staged program equals torch autograd of the original (finite) where the
+    log is NaN (x < 0) or -inf (x == 0) on rows the router never gives that expert; the rows
+    the computation sees there are copies of a selected row."""
+    model = LogOfPositive().eval()
+    g = torch.Generator().manual_seed(0)
+    cases = []
+    for signs in ([1.0, -1.0, 1.0, 0.0, -1.0, 1.0], [1.0] * 6, [-1.0, 1.0, 0.0, 0.0, -1.0, -1.0]):
+        x = torch.rand(6, 4, generator=g) + 0.1
+        x[:, 0] *= torch.tensor(signs)
+        cases.append((x,))
+    jm = dycl_jax.to_jax(model, cases[0], host="staged")
+    assert len(jm.report().bounded_rows) == 2
+    for k, args in enumerate(cases):
+        with torch.no_grad():
+            assert_same(model(*args), jm(*args), f"case {k}")
+    assert_gradients_match(model, jm, cases, "log of positive rows")

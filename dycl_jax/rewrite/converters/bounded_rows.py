@@ -252,6 +252,7 @@ def _guarded_writes(t: ast.stmt, sel: str) -> list[_Write] | None:
 
 
 def _plan_selections(scope: ast.FunctionDef, ctx: Context, plan: _Plan) -> None:
+    found_all: list[tuple] = []  # (statement, selection, sel, writes, emptiness test, nonempty guards)
     for s, block in own_statements(scope):
         if not (isinstance(s, ast.Assign) and len(s.targets) == 1 and isinstance(s.targets[0], ast.Name)):
             continue
@@ -282,8 +283,21 @@ def _plan_selections(scope: ast.FunctionDef, ctx: Context, plan: _Plan) -> None:
         if check is not None:  # what the test skips must be writes to sel's rows only
             done = {id(w.stmt) for w in writes} | {id(g) for g in guards}
             ok = ok and all(id(t) in done for t in block[block.index(check) + 1:])
-        if not ok or not all(_owned(scope, w.out, [v for v in writes if v.out == w.out]) for w in writes):
-            continue
+        if ok:
+            found_all.append((s, found, sel, writes, check, guards))
+    # `out` is owned by the writes of every selection into it (two selections may share it);
+    # a selection dropped for one tensor it writes leaves its other tensors' owners fewer writes
+    while True:
+        writes_to: dict[str, list[_Write]] = {}
+        for *_, writes, _, _ in found_all:
+            for w in writes:
+                writes_to.setdefault(w.out, []).append(w)
+        owned = {out for out, ws in writes_to.items() if _owned(scope, out, ws)}
+        kept = [c for c in found_all if all(w.out in owned for w in c[3])]
+        if len(kept) == len(found_all):
+            break
+        found_all = kept
+    for s, found, sel, writes, check, guards in found_all:
         m, original = found
         where = [const(ctx.src.file), const(s.lineno)]
         call = _rows_call("select", m, lambda_(["_dycl_m"], original), *where)
