@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 
-from dycl_jax.errors import CaptureError
+from dycl_jax.errors import CaptureError, Location
 from dycl_jax.rewrite import rows as rows_rt
 
 aten = torch.ops.aten
@@ -188,20 +188,24 @@ def _rule(node: Any, marked: dict) -> Any:
     raise _Unproven(f"{t} is not known to be row-wise")
 
 
-def prove(gm: torch.fx.GraphModule) -> None:
+def prove(gm: torch.fx.GraphModule) -> list[Location]:
     """Check every bounded selection in `gm` and in its branch and loop bodies, then remove the
     markers; CaptureError where a selection's computation is not provably row-wise. Each graph
     is checked alone: a marked value that enters or leaves one (a cond's operand or result) is
-    refused where it meets the cond or the graph's output."""
+    refused where it meets the cond or the graph's output. Returns where the proved selections
+    were written (once per statement, in source order), for the report."""
+    uids: set[int] = set()
     for sub in [m for m in gm.modules() if isinstance(m, torch.fx.GraphModule)]:
-        _prove_graph(sub)
+        uids |= _prove_graph(sub)
+    found = {(loc.file, loc.line): loc for u in uids if (loc := rows_rt.location(u)) is not None}
+    return [found[k] for k in sorted(found)]
 
 
-def _prove_graph(gm: torch.fx.GraphModule) -> None:
+def _prove_graph(gm: torch.fx.GraphModule) -> set[int]:
     graph = gm.graph
     markers = [n for n in graph.nodes if n.op == "call_function" and n.target in (_IN, _OUT)]
     if not markers:
-        return
+        return set()
     marked: dict = {}  # node -> row dimension of its marked value (tuple for multi-output ops)
     group: dict = {}  # node -> the uid of the selection its marked rows belong to
     for node in graph.nodes:
@@ -217,6 +221,11 @@ def _prove_graph(gm: torch.fx.GraphModule) -> None:
             marked[node], group[node] = 0, node.args[1]
             continue
         if not reads:
+            if node.target is _OUT and _shape(node.args[0]) and not _same(_shape(node.args[0])[0], 1):
+                # a value not computed from the selected rows that is sized for the mask's rows
+                # (the original would need exactly that many selected rows)
+                _refuse(node, group, "the written value has the mask's rows without being computed from them",
+                        node.args[1])
             continue
         if len(uids) > 1:
             _refuse(node, group, "rows of two selections meet")
@@ -239,6 +248,7 @@ def _prove_graph(gm: torch.fx.GraphModule) -> None:
         node.replace_all_uses_with(node.args[0])
         graph.erase_node(node)
     gm.recompile()
+    return {n.args[1] for n in markers}
 
 
 def _flat_nodes(args: Any) -> list:
@@ -251,6 +261,6 @@ def _refuse(node: Any, group: dict, why: str, uid: int | None = None) -> None:
     uid = uid if uid is not None else next((group[a] for a in _flat_nodes(node.args) if a in group), None)
     raise CaptureError(
         f"the row selection cannot run as a masked computation over all rows, as it is not proved row-wise: {why}",
-        location=rows_rt.LOCATIONS.get(uid),
+        location=rows_rt.location(uid) if uid is not None else None,
         fix='convert with host="auto" (the default) or host="dispatch": that host runs the selection with its '
             "exact row count")

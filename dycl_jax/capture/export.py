@@ -20,7 +20,7 @@ from dycl_jax.capture import bounded_rows
 from dycl_jax.capture.checked_linalg import UNCHECKED
 from dycl_jax.capture.shims import capture_shims
 from dycl_jax.capture.train_mode import training
-from dycl_jax.errors import CaptureError, DyclError, InputMutationError, raised_by_us
+from dycl_jax.errors import CaptureError, DyclError, InputMutationError, Location, raised_by_us
 from dycl_jax.rewrite.minmax import python_builtins
 from dycl_jax.rewrite.modes import caller_tensors
 
@@ -67,6 +67,8 @@ class CapturedProgram:
     decompose_cpu_seconds: float = 0.0
     # train mode: the buffers the program updates, as the first graph outputs, in that order
     mutations: list[str] = field(default_factory=list)
+    # bounded row selections proved row-wise, staged as masked dense computations
+    bounded_rows: list[Location] = field(default_factory=list)
 
 
 class _MethodWrapper(torch.nn.Module):
@@ -218,7 +220,8 @@ def capture(
             ep = torch.export.export(wrapper, tuple(tensors), dynamic_shapes=_dynamic_shapes(tensors, dynamic_batch))
             exported, cpu_exported = time.perf_counter(), time.process_time()
             ep = decompose(ep) if decompose else to_core_aten(ep)
-            bounded_rows.prove(ep.graph_module)  # bounded row selections (staged host only): row-wise, else refused
+            # bounded row selections (staged host only): row-wise, else refused
+            bounded = bounded_rows.prove(ep.graph_module)
     except DyclError:
         raise
     except Exception as exc:
@@ -243,6 +246,7 @@ def capture(
         export_cpu_seconds=cpu_exported - cpu_start,
         decompose_cpu_seconds=cpu_done - cpu_exported,
         mutations=[_strip(s.target) for s in ep.graph_signature.output_specs if s.kind == OutputKind.BUFFER_MUTATION],
+        bounded_rows=bounded,
     )
 
 

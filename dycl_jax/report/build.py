@@ -154,4 +154,5 @@ def build_report(
         rewritten=_rewritten(rewrite),
         param_groups=param_groups(cap.state),
         unrolled=[u for f in (rewrite.functions if rewrite else []) for u in f.unrolled],
+        bounded_rows=[f"{loc.file.rsplit('/', 1)[-1]}:{loc.line}: {loc.code}" for loc in cap.bounded_rows],
     )

@@ -110,6 +110,9 @@ class ConversionReport:
     param_groups: list[ParamGroup] = field(default_factory=list)
     # decode loops unrolled for `max_len` (outputs padded, with lengths): "while@m.py:12 (at most 8 iterations)"
     unrolled: list[str] = field(default_factory=list)
+    # row selections staged as masked dense computations over all rows, proved row-wise
+    # (rewrite/rows.py, capture/bounded_rows.py): "moe.py:36: sel = (expert_idx == e).nonzero(...)[0]"
+    bounded_rows: list[str] = field(default_factory=list)
 
 
 def report_to_dict(report: ConversionReport) -> dict:

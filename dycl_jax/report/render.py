@@ -58,6 +58,9 @@ def _header(report: ConversionReport) -> Panel:
         body.add_row("integers", _t(report.integers))
     if report.unrolled:
         body.add_row("unrolled", _t("\n".join(f"{u}; outputs padded, with lengths" for u in report.unrolled)))
+    if report.bounded_rows:
+        body.add_row("bounded rows", _t("\n".join(f"{b} (every row computed, the selected ones kept)"
+                                                for b in report.bounded_rows)))
     body.add_row("inputs", _t("\n".join(report.inputs) or "(none)"))
     body.add_row("outputs", _t(outputs))
     body.add_row(

@@ -20,6 +20,7 @@ from dycl_jax.errors import DyclError
 from dycl_jax.analysis.dynamism import constructs, needs_rewrite
 from dycl_jax.analysis.scopes import function_locals
 from dycl_jax.rewrite import codegen, library_root, lifting, pipeline
+from dycl_jax.rewrite.converters import bounded_rows
 from dycl_jax.rewrite.modes import exclusive
 from dycl_jax.rewrite.operators import staging, tracing  # noqa: F401  (re-exported for the capture stage)
 from dycl_jax.rewrite.templates import Context, user_scopes
@@ -234,6 +235,8 @@ def _plan(model: torch.nn.Module, method: str, unroll: UnrollOption | None = Non
     for fn in functions:  # source is read only for code that branches or reads `.data`
         if fn in top or (disc.has_branching(fn.__code__) and needs_rewrite(read_function(fn).tree)):
             dynamic.add(fn)
+        elif bounded_rows.may_apply(fn.__code__) and bounded_rows.applies(read_function(fn).tree):
+            dynamic.add(fn)  # row writes through a selection (`if sel.numel() > 0:` is static)
         elif "data" in disc.code_names(fn.__code__) and _reads_data(read_function(fn).tree):
             dynamic.add(fn)  # torch.export cannot trace `.data`; the rewrite makes it `.detach()`
     helper_fns = {h.fn for h in helpers}

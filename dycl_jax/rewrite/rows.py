@@ -13,6 +13,7 @@ import contextlib
 import contextvars
 import itertools
 import linecache
+import operator
 from typing import Any, Callable, Iterator
 
 import torch
@@ -23,8 +24,6 @@ from dycl_jax.errors import CaptureError, Location
 from dycl_jax.rewrite import modes
 
 _UIDS = itertools.count()
-# uid of one run of a selection statement -> where the user wrote it (for the proof's refusal)
-LOCATIONS: dict[int, Location] = {}
 
 
 @torch.library.custom_op("dycl::rows_in", mutates_args=())
@@ -60,25 +59,37 @@ class Rows:
         self.uid = uid
 
 
-_DENSE = contextvars.ContextVar("dycl_dense_rows", default=False)
+# the selections of the capture in progress (None outside rows.dense()): uid of one run of a
+# selection statement -> where the user wrote it, for the proof's refusal and the report; one
+# table per capture, dropped when it ends, so conversions never see each other's selections
+_DENSE: contextvars.ContextVar[dict[int, Location] | None] = contextvars.ContextVar("dycl_dense_rows",
+                                                                                    default=None)
 
 
 @contextlib.contextmanager
-def dense() -> Iterator[None]:
+def dense() -> Iterator[dict[int, Location]]:
     """The staged host's capture: row selections may take the dense form. Elsewhere (the
-    dispatch host, its islands and sub-hosts) a selection keeps its exact row count."""
-    token = _DENSE.set(True)
+    dispatch host, its islands and sub-hosts) a selection keeps its exact row count. Yields
+    the capture's own table of selections (uid -> location)."""
+    table: dict[int, Location] = {}
+    token = _DENSE.set(table)
     try:
-        yield
+        yield table
     finally:
         _DENSE.reset(token)
+
+
+def location(uid: int) -> Location | None:
+    """Where selection `uid` of the capture in progress was written (None when unknown)."""
+    table = _DENSE.get()
+    return table.get(uid) if table is not None else None
 
 
 def _captured(m: Any) -> bool:
     """The dense form only where the staged host's torch.export traces the code (the proof then
     runs on its graph): run eagerly (the eager traces) or on the dispatch host, the selection
     keeps its exact row count, whatever the rows' computation is."""
-    return _DENSE.get() and isinstance(m, FakeTensor) and modes.current() in ("staging", "dry")
+    return _DENSE.get() is not None and isinstance(m, FakeTensor) and modes.current() in ("staging", "dry")
 
 
 def _location(file: str, line: int) -> Location:
@@ -87,7 +98,9 @@ def _location(file: str, line: int) -> Location:
 
 def _dense(mask: torch.Tensor, file: str, line: int) -> Rows:
     uid = next(_UIDS)
-    LOCATIONS[uid] = _location(file, line)
+    table = _DENSE.get()
+    assert table is not None, "the dense form outside rows.dense()"
+    table[uid] = _location(file, line)
     return Rows(mask if mask.dtype == torch.bool else mask != 0, None, uid)
 
 
@@ -113,9 +126,14 @@ def empty(rows: Rows) -> bool:
     return False if rows.mask is not None else rows.index.numel() == 0
 
 
+def nonempty(rows: Rows) -> bool:
+    """`sel.numel() > 0` guarding only writes to its rows: a static True in the dense form."""
+    return True if rows.mask is not None else rows.index.numel() > 0
+
+
 def _unproven(rows: Rows, why: str) -> CaptureError:
     return CaptureError(f"the row selection cannot run as a masked computation over all rows: {why}",
-                        location=LOCATIONS.get(rows.uid),
+                        location=location(rows.uid),
                         fix='convert with host="auto" (the default) or host="dispatch": that host runs the selection '
                             "with its exact row count")
 
@@ -133,7 +151,16 @@ def take(rows: Rows, x: Any, *rest: Any) -> Any:
     if not all(r is None or r is Ellipsis or isinstance(r, slice) or (isinstance(r, (int, torch.SymInt))
                                                                       and not isinstance(r, bool)) for r in rest):
         raise _unproven(rows, "the selection is combined with an index that is not an int, slice or None")
-    return rows_in(x[(slice(None), *rest)], rows.uid)
+    return rows_in(_safe_rows(rows.mask, x[(slice(None), *rest)]), rows.uid)
+
+
+def _safe_rows(mask: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """`x` with every unselected row replaced by the first selected one. The computation on the
+    rows then only ever sees values the original computed on too: a row the original never
+    selects (where `f` may be log of a negative number) cannot put a NaN or inf into the result's
+    gradient through `where` (0 * inf). The selected rows are `x`'s own, so the proof holds."""
+    first = mask.to(torch.uint8).argmax().reshape(1)
+    return torch.where(mask.reshape((-1,) + (1,) * (x.dim() - 1)), x, x.index_select(0, first))
 
 
 def put(out: Any, rows: Rows, v: Any) -> Any:
@@ -141,6 +168,53 @@ def put(out: Any, rows: Rows, v: Any) -> Any:
     if rows.mask is None:
         out[rows.index] = v
         return out
+    return _where(rows, _dense_value(out, rows, v), out)
+
+
+_IN_PLACE = {"add": operator.iadd, "sub": operator.isub, "mul": operator.imul, "div": operator.itruediv}
+_OUT_OF_PLACE = {"add": operator.add, "sub": operator.sub, "mul": operator.mul, "div": operator.truediv}
+
+
+def accumulate(out: Any, rows: Rows, v: Any, op: str) -> Any:
+    """`out[sel] OP= v`: Python's getitem, in-place OP on that copy, setitem. The dense form
+    `where(mask, out OP v, out)` equals it because the selected rows are distinct (each row is
+    read and written once); `v`'s rows are computed on every row as for `put`."""
+    if rows.mask is None:
+        part = out[rows.index]
+        part = _IN_PLACE[op](part, v)
+        out[rows.index] = part
+        return out
+    if not (isinstance(out, torch.Tensor) and isinstance(v, (torch.Tensor, int, float)) and not isinstance(v, bool)):
+        raise _unproven(rows, "an in-place update of rows by a value that is not a tensor or number")
+    # the in-place op on the gathered rows computes in the type promoted from both as written
+    # (a 0-dim `v` is weaker than the rows) and casts back, or torch refuses the cast
+    computed = torch.result_type(out, v)
+    if not torch.can_cast(computed, out.dtype):
+        raise _unproven(rows, f"torch refuses the in-place {op} of a {computed} value into {out.dtype} rows")
+    value = _dense_value(out, rows, v, cast=False)
+    return _where(rows, _OUT_OF_PLACE[op](out.to(computed), value.to(computed)).to(out.dtype), out)
+
+
+def index_add(out: Any, rows: Rows, v: Any) -> Any:
+    """`out.index_add_(0, sel, v)`: with distinct rows (the dense form's), `out[sel] += v`."""
+    if rows.mask is None:
+        out.index_add_(0, rows.index, v)
+        return out
+    if not (isinstance(out, torch.Tensor) and isinstance(v, torch.Tensor) and v.dtype == out.dtype
+            and v.dim() == out.dim()):
+        raise _unproven(rows, "index_add_ of a value that is not a tensor of the written tensor's dtype and rank")
+    if not all(_same(a, b) for a, b in zip(v.shape, (rows.mask.shape[0], *out.shape[1:]))):
+        raise _unproven(rows, "index_add_ of a value not shaped like the selected rows (it does not broadcast)")
+    return _where(rows, out + _dense_value(out, rows, v), out)
+
+
+def _where(rows: Rows, v: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    return torch.where(rows.mask.reshape((-1,) + (1,) * (out.dim() - 1)), v, out)
+
+
+def _dense_value(out: Any, rows: Rows, v: Any, cast: bool = True) -> torch.Tensor:
+    """The value written to the selected rows, checked and broadcast as index_put would, marked
+    and (`cast`) cast to `out`'s dtype: one value per row of the mask."""
     n = rows.mask.shape[0]
     if not isinstance(out, torch.Tensor) or out.dim() < 1 or not _same(out.shape[0], n):
         raise _unproven(rows, "the written tensor does not have the mask's rows")
@@ -156,5 +230,5 @@ def put(out: Any, rows: Rows, v: Any) -> Any:
     wanted = (n, *out.shape[1:])
     if not all(_same(a, 1) or _same(a, b) for a, b in zip(v.shape, wanted)):
         raise _unproven(rows, "the written value does not broadcast to the selected rows")
-    v = rows_out(v, rows.uid).to(out.dtype)  # index_put casts to the written tensor's dtype
-    return torch.where(rows.mask.reshape((-1,) + (1,) * (out.dim() - 1)), v, out)
+    v = rows_out(v, rows.uid)
+    return v.to(out.dtype) if cast else v  # index_put casts to the written tensor's dtype
