@@ -513,3 +513,45 @@ def test_node_stacks_read_from_python_frames_are_torchs():
     with shims._python_stacks():
         ours = fx_stacks()
     assert any(s and "torch.relu(self.lin(x))" in s for s in ours) and ours == fx_stacks()
+
+
+def test_module_tree_walked_once_per_tracer_as_torch_walks_it():
+    import contextlib
+
+    from dycl_jax.capture import shims
+
+    tree = nn.Module()  # a layer under two paths, a None child, nesting
+    tree.body = _Mixed()
+    tree.pre = nn.Linear(8, 8)
+    tree.again = tree.pre
+    tree.register_module("absent", None)
+    walked = shims._all_module_paths(tree)
+    assert walked == list(tree.named_modules(remove_duplicate=False))
+    assert walked[1:3] == [("body", tree.body), ("body.blocks", tree.body.blocks)]
+    assert [p for p, m in walked if m is tree.pre] == ["pre", "again"]
+
+    class Own(nn.Module):
+        def named_modules(self, *a: Any, **k: Any) -> Any:  # a walk of its own: torch's is used
+            return super().named_modules(*a, **k)
+
+    assert shims._all_module_paths(nn.Sequential(Own())) is None
+    model = _Mixed().eval()
+    x = torch.randn(2, 8)
+    walks = [0]
+    real_walk, real_shim = shims._all_module_paths, shims._module_paths_walked_once
+
+    def counted(root: Any) -> Any:
+        walks[0] += 1
+        return real_walk(root)
+
+    shims._all_module_paths = counted
+    try:
+        jm = dycl_jax.to_jax(model, (x,), host="staged")
+        assert walks[0] > 1  # one per tracer: export's and each branch's
+        shims._module_paths_walked_once = contextlib.nullcontext  # torch's own, for reference
+        plain = dycl_jax.to_jax(model, (x,), host="staged")
+    finally:
+        shims._all_module_paths, shims._module_paths_walked_once = real_walk, real_shim
+    assert _capture_text(jm) == _capture_text(plain)
+    assert jm.to_source() == plain.to_source()
+    assert_same(model(x), jm(x), "jm(...) vs original torch")

@@ -14,6 +14,7 @@ import torch.nn.modules.transformer as _transformer
 import torch.utils._traceback as _torch_traceback
 from torch.distributions import Distribution
 from torch.fx._lazy_graph_module import _use_lazy_graph_module
+from torch.fx.experimental import proxy_tensor
 
 from dycl_jax.capture.branch_checks import shared_branch_checks
 from dycl_jax.capture.branch_traces import shared_branch_traces
@@ -166,6 +167,57 @@ def _python_stacks() -> Iterator[None]:
         _fx_proxy.CapturedTraceback = _TorchTraceback
 
 
+_NAMED_MODULES = torch.nn.Module.named_modules
+
+
+def _all_module_paths(root: torch.nn.Module) -> list[tuple[str, torch.nn.Module]] | None:
+    """`root.named_modules(remove_duplicate=False)` as a list, walked with one loop instead of a
+    generator per level of nesting (each module passes through every generator above it); None
+    where some module has a `named_modules` of its own (torch's walk would call it)."""
+    out: list[tuple[str, torch.nn.Module]] = []
+    stack: list[tuple[str, torch.nn.Module]] = [("", root)]
+    while stack:
+        prefix, module = stack.pop()
+        if type(module).named_modules is not _NAMED_MODULES or "named_modules" in module.__dict__:
+            return None
+        out.append((prefix, module))
+        children = [(f"{prefix}.{name}" if prefix else name, child) for name, child in module._modules.items()
+                    if child is not None]
+        stack.extend(reversed(children))  # depth first, in registration order, as torch yields them
+    return out
+
+
+@contextlib.contextmanager
+def _module_paths_walked_once() -> Iterator[None]:
+    """export's module-stack tracer, made afresh for every branch it traces (a ResNet-110
+    BlockDrop: 144 of them), walks the whole module tree twice in its constructor, each time
+    through torch's recursive generators: for its duration the root answers that walk with one
+    list, walked once, of the same (path, module) pairs in the same order."""
+    original = proxy_tensor._ModuleStackTracer.__init__
+
+    def init(self: Any, scope_root: torch.nn.Module) -> None:
+        walked = _all_module_paths(scope_root)
+        if walked is None:
+            return original(self, scope_root)
+
+        def named_modules(memo: Any = None, prefix: str = "", remove_duplicate: bool = True) -> Iterator:
+            if memo is None and prefix == "" and remove_duplicate is False:
+                return iter(walked)
+            return _NAMED_MODULES(scope_root, memo, prefix, remove_duplicate)
+
+        scope_root.__dict__["named_modules"] = named_modules
+        try:
+            original(self, scope_root)
+        finally:
+            del scope_root.__dict__["named_modules"]
+
+    proxy_tensor._ModuleStackTracer.__init__ = init
+    try:
+        yield
+    finally:
+        proxy_tensor._ModuleStackTracer.__init__ = original
+
+
 @contextlib.contextmanager
 def capture_shims() -> Iterator[None]:
     """While active, `nn.Transformer*` layers do not inspect mask values to choose a kernel,
@@ -185,7 +237,9 @@ def capture_shims() -> Iterator[None]:
     branch sub-graph, after each change (ResNet-110 BlockDrop: about 3,000 code generations);
     and placeholder metadata is copied with the signature's lookup tables built once; the
     stack trace fx records per node reads source lines only for the frames it keeps, and fx's
-    own per-node stacks are read from the Python frames (`_PythonStack`), not symbolized in full.
+    own per-node stacks are read from the Python frames (`_PythonStack`), not symbolized in full;
+    export's module-stack tracer walks the module tree once per branch, not twice through
+    torch's recursive generators.
     """
     original = _transformer._detect_is_causal_mask
     validate = Distribution._validate_args
@@ -193,7 +247,7 @@ def capture_shims() -> Iterator[None]:
     Distribution._validate_args = False
     try:
         with _fake_rules(), shared_branch_checks(), shared_branch_traces(), _use_lazy_graph_module(True), \
-                _linear_signature_lookups(), _lines_on_demand(), _python_stacks():
+                _linear_signature_lookups(), _lines_on_demand(), _python_stacks(), _module_paths_walked_once():
             yield
     finally:
         _transformer._detect_is_causal_mask = original
