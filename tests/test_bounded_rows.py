@@ -342,11 +342,12 @@ class LogOfPositive(torch.nn.Module):
 def test_unselected_rows_put_no_nan_into_the_gradient() -> None:
     """jax.grad of the staged program equals torch autograd of the original (finite) where the
     log is NaN (x < 0) or -inf (x == 0) on rows the router never gives that expert; the rows
-    the computation sees there are copies of a selected row."""
+    the computation sees there are copies of a selected row, and when it selects none (the last
+    case) the emptiness test the user wrote skips the computation under a cond."""
     model = LogOfPositive().eval()
     g = torch.Generator().manual_seed(0)
     cases = []
-    for signs in ([1.0, -1.0, 1.0, 0.0, -1.0, 1.0], [1.0] * 6, [-1.0, 1.0, 0.0, 0.0, -1.0, -1.0]):
+    for signs in ([1.0, -1.0, 1.0, 0.0, -1.0, 1.0], [1.0] * 6, [-1.0, 1.0, 0.0, 0.0, -1.0, -1.0], [-1.0, 0.0] * 3):
         x = torch.rand(6, 4, generator=g) + 0.1
         x[:, 0] *= torch.tensor(signs)
         cases.append((x,))

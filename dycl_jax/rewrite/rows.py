@@ -62,6 +62,11 @@ class Rows:
 # the selections of the capture in progress (None outside rows.dense()): uid of one run of a
 # selection statement -> where the user wrote it, for the proof's refusal and the report; one
 # table per capture, dropped when it ends, so conversions never see each other's selections
+# a pytree node, so a staged `if` (the cond of `nonempty`/`empty` below) passes a selection's
+# mask to its branches as an operand rather than closing over a traced tensor
+torch.utils._pytree.register_pytree_node(
+    Rows, lambda r: ([r.mask, r.index], r.uid), lambda leaves, uid: Rows(leaves[0], leaves[1], uid))
+
 _DENSE: contextvars.ContextVar[dict[int, Location] | None] = contextvars.ContextVar("dycl_dense_rows",
                                                                                     default=None)
 
@@ -120,15 +125,17 @@ def of_mask(m: Any, file: str, line: int) -> Rows:
     return Rows(None, m, -1)
 
 
-def empty(rows: Rows) -> bool:
-    """`sel.numel() == 0`: in the dense form an empty selection writes nothing anyway (the
-    statements it skips are only writes to its rows), so the test is a static False."""
-    return False if rows.mask is not None else rows.index.numel() == 0
+def empty(rows: Rows) -> Any:
+    """`sel.numel() == 0`, whose `continue` skips only writes to the selection's rows: in the
+    dense form the tensor `~mask.any()`, so the writes stage under a cond that skips the rows'
+    computation when no row is selected (torch computes nothing then: no value of `f` on a row
+    it never sees can reach the gradient); the dense form alone would be equal without it."""
+    return ~rows.mask.any() if rows.mask is not None else rows.index.numel() == 0
 
 
-def nonempty(rows: Rows) -> bool:
-    """`sel.numel() > 0` guarding only writes to its rows: a static True in the dense form."""
-    return True if rows.mask is not None else rows.index.numel() > 0
+def nonempty(rows: Rows) -> Any:
+    """`sel.numel() > 0` guarding only writes to its rows: `mask.any()` in the dense form (see `empty`)."""
+    return rows.mask.any() if rows.mask is not None else rows.index.numel() > 0
 
 
 def _unproven(rows: Rows, why: str) -> CaptureError:
