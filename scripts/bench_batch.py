@@ -149,14 +149,15 @@ def bench_model(name: str, path: Path, ns: argparse.Namespace) -> list[BatchRow]
     jm = to_jax(model, target.args, host="staged")
     jmd = None if ns.no_dispatch else to_jax(model, target.args, host="dispatch")
     state = nnx.state(jm.module)
-    # a bounded model's routing is no decision of the program (every row computed, the selected
-    # ones kept): say so, as its `paths` column counts decisions only
+    # a bounded model's selections run as masked dense computations (only its emptiness tests
+    # are decisions, counted in `paths`): say where
     bounded = jm.report().bounded_rows
     rows = []
     for b in ns.batches:
         row = BatchRow(name, b)
         if bounded:
-            row.note = f"bounded rows ({', '.join(x.split(': ')[0] for x in bounded)}): every row computed"
+            row.note = (f"bounded rows at {', '.join(x.split(': ')[0] for x in bounded)} "
+                        "(a non-empty selection computes every row)")
         rows.append(row)
         try:
             _bench_batch(row, model, jm, jmd, state, extra_cases(module, b), ns)

@@ -357,3 +357,18 @@ def test_unselected_rows_put_no_nan_into_the_gradient() -> None:
         with torch.no_grad():
             assert_same(model(*args), jm(*args), f"case {k}")
     assert_gradients_match(model, jm, cases, "log of positive rows")
+
+
+def test_emptiness_tests_are_decisions_the_torch_trace_records_too() -> None:
+    """In the dense form the user's `if sel.numel() == 0: continue` is a staged cond (it skips an
+    empty expert); the rewritten torch program run eagerly (jm.trace's reference) records the
+    same decisions, each one the truth about that expert's tokens."""
+    from dycl_jax.rewrite.api import run_torch_trace
+    model, args = _model(None)
+    jm = dycl_jax.to_jax(model, args, host="staged")
+    routing = _model(None)[0]
+    for k, x in enumerate(_inputs(True)):
+        want = [tuple(d)[:2] for d in run_torch_trace(model, "forward", x)[1]]
+        got = [(d.site, d.value) for d in jm.trace(*x)[1]]
+        empty = {e for label in moe.path_of(routing, x) if label[0] == "empty_expert" for e in label[1:]}
+        assert got == want and [v for _, v in got] == [e in empty for e in range(moe.NUM_EXPERTS)], (k, got, want)
