@@ -3,8 +3,9 @@
     python scripts/bench_batch.py [--only NAME] [--batches 32 128] [--runs N] [--warmup K] [--no-dispatch] [--json OUT]
 
 The examples are batch-1 code (`.item()`, `if tensor:`): a batch of B is B samples, each taking
-its own path. For every example in `examples.dynn.MODELS` (and the constant-flag one) and each
-batch size, one timed round processes the whole batch with
+its own path. For every staged example (`examples.dynn.MODELS`, `BOUNDED_MODELS`: row selections
+staged as masked dense computations, and `CONSTANT_FLAG_MODELS`; scripts/_bench_models.discover)
+and each batch size, one timed round processes the whole batch with
 
 - torch: the original model run sample by sample (its per-sample decisions are the reference),
   and the model on the concatenated batch where that gives each sample its own answer;
@@ -148,9 +149,15 @@ def bench_model(name: str, path: Path, ns: argparse.Namespace) -> list[BatchRow]
     jm = to_jax(model, target.args, host="staged")
     jmd = None if ns.no_dispatch else to_jax(model, target.args, host="dispatch")
     state = nnx.state(jm.module)
+    # a bounded model's selections run as masked dense computations (only its emptiness tests
+    # are decisions, counted in `paths`): say where
+    bounded = jm.report().bounded_rows
     rows = []
     for b in ns.batches:
         row = BatchRow(name, b)
+        if bounded:
+            row.note = (f"bounded rows at {', '.join(x.split(': ')[0] for x in bounded)} "
+                        "(a non-empty selection computes every row)")
         rows.append(row)
         try:
             _bench_batch(row, model, jm, jmd, state, extra_cases(module, b), ns)
@@ -197,7 +204,8 @@ def _bench_batch(row: BatchRow, model: Any, jm: Any, jmd: Any, state: Any, cases
             row.error = f"not timed: {name} sample {bad_v[0]} (of {len(bad_v)} wrong) differs from torch"
             return
     guard_fn, select_fn, map_fn = variants["guarded"], variants["select"], variants["mapped"]
-    torch_batch, row.note = batch_semantics(model, cases, refs)
+    torch_batch, why = batch_semantics(model, cases, refs)
+    row.note = "; ".join(n for n in (row.note, why) if n)
 
     def torch_loop() -> None:
         for c in cases:

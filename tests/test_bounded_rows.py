@@ -342,11 +342,12 @@ class LogOfPositive(torch.nn.Module):
 def test_unselected_rows_put_no_nan_into_the_gradient() -> None:
     """jax.grad of the staged program equals torch autograd of the original (finite) where the
     log is NaN (x < 0) or -inf (x == 0) on rows the router never gives that expert; the rows
-    the computation sees there are copies of a selected row."""
+    the computation sees there are copies of a selected row, and when it selects none (the last
+    case) the emptiness test the user wrote skips the computation under a cond."""
     model = LogOfPositive().eval()
     g = torch.Generator().manual_seed(0)
     cases = []
-    for signs in ([1.0, -1.0, 1.0, 0.0, -1.0, 1.0], [1.0] * 6, [-1.0, 1.0, 0.0, 0.0, -1.0, -1.0]):
+    for signs in ([1.0, -1.0, 1.0, 0.0, -1.0, 1.0], [1.0] * 6, [-1.0, 1.0, 0.0, 0.0, -1.0, -1.0], [-1.0, 0.0] * 3):
         x = torch.rand(6, 4, generator=g) + 0.1
         x[:, 0] *= torch.tensor(signs)
         cases.append((x,))
@@ -356,3 +357,18 @@ def test_unselected_rows_put_no_nan_into_the_gradient() -> None:
         with torch.no_grad():
             assert_same(model(*args), jm(*args), f"case {k}")
     assert_gradients_match(model, jm, cases, "log of positive rows")
+
+
+def test_emptiness_tests_are_decisions_the_torch_trace_records_too() -> None:
+    """In the dense form the user's `if sel.numel() == 0: continue` is a staged cond (it skips an
+    empty expert); the rewritten torch program run eagerly (jm.trace's reference) records the
+    same decisions, each one the truth about that expert's tokens."""
+    from dycl_jax.rewrite.api import run_torch_trace
+    model, args = _model(None)
+    jm = dycl_jax.to_jax(model, args, host="staged")
+    routing = _model(None)[0]
+    for k, x in enumerate(_inputs(True)):
+        want = [tuple(d)[:2] for d in run_torch_trace(model, "forward", x)[1]]
+        got = [(d.site, d.value) for d in jm.trace(*x)[1]]
+        empty = {e for label in moe.path_of(routing, x) if label[0] == "empty_expert" for e in label[1:]}
+        assert got == want and [v for _, v in got] == [e in empty for e in range(moe.NUM_EXPERTS)], (k, got, want)

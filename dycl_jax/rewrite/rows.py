@@ -49,19 +49,26 @@ def _rows_out_fake(x: torch.Tensor, uid: int) -> torch.Tensor:
 
 
 class Rows:
-    """A row selection: `mask` (1-D bool, dense form) or `index` (the original index value)."""
+    """A row selection: `mask` (1-D bool, dense form) or `index` (the original index value);
+    `source`, run eagerly, the tensor `index` was selected from (for the emptiness tests)."""
 
-    __slots__ = ("mask", "index", "uid")
+    __slots__ = ("mask", "index", "uid", "source")
 
-    def __init__(self, mask: torch.Tensor | None, index: Any, uid: int) -> None:
+    def __init__(self, mask: torch.Tensor | None, index: Any, uid: int, source: Any = None) -> None:
         self.mask = mask
         self.index = index
         self.uid = uid
+        self.source = source
 
 
 # the selections of the capture in progress (None outside rows.dense()): uid of one run of a
 # selection statement -> where the user wrote it, for the proof's refusal and the report; one
 # table per capture, dropped when it ends, so conversions never see each other's selections
+# a pytree node, so a staged `if` (the cond of `nonempty`/`empty` below) passes a selection's
+# mask to its branches as an operand rather than closing over a traced tensor
+torch.utils._pytree.register_pytree_node(
+    Rows, lambda r: ([r.mask, r.index, r.source], r.uid), lambda leaves, uid: Rows(*leaves[:2], uid, leaves[2]))
+
 _DENSE: contextvars.ContextVar[dict[int, Location] | None] = contextvars.ContextVar("dycl_dense_rows",
                                                                                     default=None)
 
@@ -110,7 +117,8 @@ def select(m: Any, original: Callable[[Any], Any], file: str, line: int) -> Rows
     `m` (2-D: repeated rows) keeps its original indices."""
     if _captured(m) and m.dim() == 1:
         return _dense(m, file, line)
-    return Rows(None, original(m), -1)
+    eager = isinstance(m, torch.Tensor) and not isinstance(m, FakeTensor)
+    return Rows(None, original(m), -1, m if eager else None)
 
 
 def of_mask(m: Any, file: str, line: int) -> Rows:
@@ -120,15 +128,24 @@ def of_mask(m: Any, file: str, line: int) -> Rows:
     return Rows(None, m, -1)
 
 
-def empty(rows: Rows) -> bool:
-    """`sel.numel() == 0`: in the dense form an empty selection writes nothing anyway (the
-    statements it skips are only writes to its rows), so the test is a static False."""
-    return False if rows.mask is not None else rows.index.numel() == 0
+def empty(rows: Rows) -> Any:
+    """`sel.numel() == 0`, whose `continue` skips only writes to the selection's rows: in the
+    dense form the tensor `~mask.any()`, so the writes stage under a cond that skips the rows'
+    computation when no row is selected (torch computes nothing then: no value of `f` on a row
+    it never sees can reach the gradient); the dense form alone would be equal without it. Run
+    eagerly (the torch trace that mirrors the staged program, jm.trace's reference), the same
+    tensor test on the selection's source (`nonzero` selects some row iff some element is
+    nonzero), so that trace records the decision the staged cond takes."""
+    if rows.mask is not None:
+        return ~rows.mask.any()
+    return ~(rows.source != 0).any() if rows.source is not None else rows.index.numel() == 0
 
 
-def nonempty(rows: Rows) -> bool:
-    """`sel.numel() > 0` guarding only writes to its rows: a static True in the dense form."""
-    return True if rows.mask is not None else rows.index.numel() > 0
+def nonempty(rows: Rows) -> Any:
+    """`sel.numel() > 0` guarding only writes to its rows: `mask.any()` in the dense form (see `empty`)."""
+    if rows.mask is not None:
+        return rows.mask.any()
+    return (rows.source != 0).any() if rows.source is not None else rows.index.numel() > 0
 
 
 def _unproven(rows: Rows, why: str) -> CaptureError:
