@@ -156,3 +156,21 @@ def test_dispatch_host_train_model_refuses_emission_located():
     with pytest.raises(DyclError, match="staged host") as err:
         jm.to_source()
     assert "train=False" in err.value.fix
+
+
+class Draws(torch.nn.Module):
+    """The random factories the emission table holds, beside dropout."""
+
+    def forward(self, x):
+        return x + torch.rand_like(x), torch.randn_like(x) * 2, torch.bernoulli(x, 0.25)
+
+
+def test_random_factories_draw_as_jm_does(tmp_path):
+    x = torch.ones(3, 500)
+    jm = dycl_jax.to_jax(Draws(), (x,), train=True)
+    emitted, _ = _load(jm, tmp_path / "m", "emitted_draws_train")
+    key = jax.random.key(5)
+    got, mine = emitted(x.numpy(), key=key), jm(x.numpy(), key=key)
+    for g, m in zip(got, mine):
+        np.testing.assert_array_equal(np.asarray(g), np.asarray(m))
+    assert abs(float(np.asarray(got[2]).mean()) - 0.25) < 0.05  # bernoulli at p=0.25
