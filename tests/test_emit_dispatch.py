@@ -139,3 +139,43 @@ def test_emit_refuses_a_tolist_host_statement_located() -> None:
     with pytest.raises(dycl_jax.DyclError, match="no numpy form") as err:
         jm.to_source()
     assert err.value.location.file.endswith("captioning_teacher.py") and err.value.location.line > 0
+
+
+class Appender(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 4)
+
+    def forward(self, x, outs):
+        h = torch.relu(self.fc(x)) + 1
+        if h.sum() > 0:
+            outs.append(h)
+        return h
+
+
+class CallsAppender(torch.nn.Module):
+    """A host decision around a submodule call that appends to the caller's list: the host runs
+    the rest of the method as a staged island (`_dycl_tail_`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.block = Appender()
+
+    def forward(self, x):
+        outs = []
+        if x.sum() > 0:
+            h = self.block(x, outs)
+        else:
+            h = self.block(-x, outs)
+        return outs, len(outs)
+
+
+def test_emit_of_a_tail_island_is_a_located_refusal() -> None:
+    # (a KeyError of ours before: the island's function is not a statement function)
+    torch.manual_seed(0)
+    model = CallsAppender().eval()
+    jm = dycl_jax.to_jax(model, (torch.ones(2, 4),), host="dispatch")
+    jm(-torch.ones(2, 4) * 3)
+    with pytest.raises(dycl_jax.DyclError, match="staged island") as err:
+        jm.to_source()
+    assert err.value.location.file == __file__
