@@ -86,12 +86,14 @@ def test_train_mode_module_matches_torch_and_jm_on_every_path(tmp_path):
         x = _shifted(model, base + 0.1 * step, gate_open, early)
         want_out, want_exit = ref(x)
         mine = jm(x.numpy())
-        for got in (run(x.numpy()), eager(x.numpy())):
+        # eagerly on the first two steps only (an eager lax.cond compiles at every call)
+        for got in (run(x.numpy()), eager(x.numpy())) if step < 2 else (run(x.numpy()),):
             assert int(got[1]) == int(mine[1]) == want_exit == (0 if early else 1), step
             np.testing.assert_allclose(np.asarray(got[0]), want_out.detach().numpy(), rtol=1e-4, atol=1e-5)
             np.testing.assert_allclose(np.asarray(got[0]), np.asarray(mine[0]), rtol=1e-5, atol=1e-6)
-        for m in (emitted, eager):
-            _same_stats(_stats(m), ref, f"step {step}")
+        _same_stats(_stats(emitted), ref, f"step {step}")
+        if step < 2:
+            _same_stats(_stats(eager), ref, f"eager step {step}")
         _same_stats(_jm_stats(jm), ref, f"jm step {step}")
         seen.add((gate_open, early))
     assert len(seen) == 4
