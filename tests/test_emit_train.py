@@ -86,12 +86,14 @@ def test_train_mode_module_matches_torch_and_jm_on_every_path(tmp_path):
         x = _shifted(model, base + 0.1 * step, gate_open, early)
         want_out, want_exit = ref(x)
         mine = jm(x.numpy())
-        for got in (run(x.numpy()), eager(x.numpy())):
+        # eagerly on the first two steps only (an eager lax.cond compiles at every call)
+        for got in (run(x.numpy()), eager(x.numpy())) if step < 2 else (run(x.numpy()),):
             assert int(got[1]) == int(mine[1]) == want_exit == (0 if early else 1), step
             np.testing.assert_allclose(np.asarray(got[0]), want_out.detach().numpy(), rtol=1e-4, atol=1e-5)
             np.testing.assert_allclose(np.asarray(got[0]), np.asarray(mine[0]), rtol=1e-5, atol=1e-6)
-        for m in (emitted, eager):
-            _same_stats(_stats(m), ref, f"step {step}")
+        _same_stats(_stats(emitted), ref, f"step {step}")
+        if step < 2:
+            _same_stats(_stats(eager), ref, f"eager step {step}")
         _same_stats(_jm_stats(jm), ref, f"jm step {step}")
         seen.add((gate_open, early))
     assert len(seen) == 4
@@ -156,3 +158,21 @@ def test_dispatch_host_train_model_refuses_emission_located():
     with pytest.raises(DyclError, match="staged host") as err:
         jm.to_source()
     assert "train=False" in err.value.fix
+
+
+class Draws(torch.nn.Module):
+    """The random factories the emission table holds, beside dropout."""
+
+    def forward(self, x):
+        return x + torch.rand_like(x), torch.randn_like(x) * 2, torch.bernoulli(x, 0.25)
+
+
+def test_random_factories_draw_as_jm_does(tmp_path):
+    x = torch.ones(3, 500)
+    jm = dycl_jax.to_jax(Draws(), (x,), train=True)
+    emitted, _ = _load(jm, tmp_path / "m", "emitted_draws_train")
+    key = jax.random.key(5)
+    got, mine = emitted(x.numpy(), key=key), jm(x.numpy(), key=key)
+    for g, m in zip(got, mine):
+        np.testing.assert_array_equal(np.asarray(g), np.asarray(m))
+    assert abs(float(np.asarray(got[2]).mean()) - 0.25) < 0.05  # bernoulli at p=0.25

@@ -70,6 +70,9 @@ def numpy_statement(fn: Callable[..., tuple], tensors: list[torch.Tensor], name:
             lines.append(f"    {env[node]} = {code}")
         elif node.op == "output":
             outs = node.args[0]
+            if not all(isinstance(o, torch.fx.Node) for o in outs):
+                # (`.tolist()`): traced on placeholder values, such a value would be a constant
+                return None, "it gives Python values read from tensor values (e.g. `.tolist()`)"
             lines.append(f"    return ({''.join(ref(o) + ', ' for o in outs)})")
         else:
             return None, f"its graph holds a {node.op} node"

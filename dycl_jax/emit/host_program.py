@@ -174,7 +174,9 @@ def plain_statement(spec: RegionSpec, first: int, stop: int, program: HostProgra
     `.tolist()`); a torch function or any other tensor method would need torch."""
     namespace = program.namespaces[fname]
     for st in spec.statements[first:stop]:
-        fn = program.statements[HostProgram.statement_name(fname, st.fn)]
+        fn = program.statements.get(HostProgram.statement_name(fname, st.fn))
+        if fn is None:  # a staged island's function (`_dycl_tail_`): its statements are torch code
+            return "it runs as a staged island"
         for node in ast.walk(fn):
             if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "_dycl_ops" \
                     and node.attr not in _NAMES:

@@ -254,11 +254,17 @@ rule(aten.any.dims, dtype="own")(
     lambda a, dim=None, keepdim=False: f"jnp.any({lit(a)}, axis={_axes(dim) if dim else None}, keepdims={keepdim})")
 
 
-@rule(aten._adaptive_avg_pool2d.default)
-def _adaptive_avg(x: Any, size: Any) -> str:
-    if tuple(size) != (1, 1):
-        raise KeyError("_adaptive_avg_pool2d")  # only the global pool has a one-line form
-    return f"jnp.mean({lit(x)}, axis=(2, 3), keepdims=True)"
+@rule(aten._adaptive_avg_pool2d.default, node=True, named=True)
+def _adaptive_avg(x: Any, size: Any, node: Any) -> str:
+    if tuple(size) == (1, 1):
+        return f"jnp.mean({lit(x)}, axis=(2, 3), keepdims=True)"
+    *lead, h, w = node.args[0].meta["val"].shape
+    oh, ow = size
+    if len(lead) != 2 or not all(isinstance(d, int) for d in (lead[1], h, w)) or h % oh or w % ow:
+        raise KeyError("_adaptive_avg_pool2d")  # windows of one size only: the output divides the input
+    # equal windows: each output cell the mean of its (h/oh, w/ow) block
+    return (f"jnp.mean({lit(x)}.reshape({lit(x)}.shape[0], {lead[1]}, {oh}, {h // oh}, {ow}, {w // ow}), "
+            f"axis=(3, 5))")
 
 
 NO_VALUE = {aten._assert_tensor_metadata.default}  # checks only: they emit nothing
@@ -323,3 +329,12 @@ def _drawn(fn: str) -> Callable[..., str]:
 rule(aten.rand_like.default, dtype="own")(_drawn("uniform"))
 rule(aten.randn_like.default, dtype="own")(_drawn("normal"))
 rule(aten.reciprocal.default)(lambda a: f"1 / {lit(a)}")  # an integer input gives torch's float (the cast added)
+rule(aten.flip.default)(lambda a, dims: f"jnp.flip({lit(a)}, axis={_axes(dims)})")
+
+
+
+@rule(aten.clamp.default, dtype="promote")
+def _clamp(x: Any, min: Any = None, max: Any = None) -> str:  # noqa: A002 (ATen argument names)
+    # max then min, as torch: NaN propagates and min > max gives max
+    out = lit(x) if min is None else f"jnp.maximum({lit(x)}, {lit(min)})"
+    return out if max is None else f"jnp.minimum({out}, {lit(max)})"

@@ -96,7 +96,8 @@ class TrainingJaxModel(JaxModel):
         # captures they would run dropout without a key and discard the statistics
         return DyclError(
             "emitted source of a train=True model is written for the staged host; this model runs on the dispatch "
-            "host (the location, where given, is what kept it off the staged host)",
+            "host, whose emitted region methods would take no dropout key and keep no BatchNorm update (the "
+            "location, where given, is what kept it off the staged host)",
             location=self.dispatch_location,
             fix="emit a train=False conversion of the model (dycl_jax.to_jax(model.eval(), args).emit(dir)), or "
                 "jm.export(path) this one: a train=True artifact takes a key and returns the updated statistics")
