@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 
+import numpy as np
 import pytest
 import torch
 
@@ -170,12 +171,21 @@ class CallsAppender(torch.nn.Module):
         return outs, len(outs)
 
 
-def test_emit_of_a_tail_island_is_a_located_refusal() -> None:
-    # (a KeyError of ours before: the island's function is not a statement function)
+def test_emitted_submodule_append_in_a_branch_reaches_the_callers_list(tmp_path) -> None:
+    # the submodule appends on one side of its `if` only: it is a dispatch host of its own, and
+    # the caller's list gets its append in jm and in the emitted module (jm lost it before)
     torch.manual_seed(0)
     model = CallsAppender().eval()
     jm = dycl_jax.to_jax(model, (torch.ones(2, 4),), host="dispatch")
-    jm(-torch.ones(2, 4) * 3)
-    with pytest.raises(dycl_jax.DyclError, match="staged island") as err:
-        jm.to_source()
-    assert err.value.location.file == __file__
+    xs = [torch.ones(2, 4), -torch.ones(2, 4) * 3, torch.randn(2, 4)]
+    for x in xs:
+        assert_same(model(x), jm(x), "jm")
+    jm.emit(str(tmp_path))
+    spec = importlib.util.spec_from_file_location("emitted_calls_appender", tmp_path / "model.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    emitted = module.load()
+    for x in xs:
+        want, got = model(x), emitted(x.numpy())
+        assert len(got[0]) == len(want[0]) == int(got[1]) == 1
+        torch.testing.assert_close(torch.as_tensor(np.asarray(got[0][0])), want[0][0], rtol=1e-5, atol=1e-5)

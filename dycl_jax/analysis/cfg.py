@@ -130,18 +130,19 @@ class CFG:
 class Liveness:
     """Which local variables may be read later, at each point of interest."""
 
-    def __init__(self, fn: ast.FunctionDef | ast.AsyncFunctionDef, always_live: set[str] = frozenset()) -> None:
+    def __init__(self, fn: ast.FunctionDef | ast.AsyncFunctionDef, always_live: set[str] = frozenset(),
+                 live_at_exit: set[str] = frozenset()) -> None:
         self.locals = function_locals(fn)
         self.cfg = CFG(fn)
-        self._solve(set(always_live) & self.locals)
+        self._solve(set(always_live) & self.locals, set(live_at_exit) & self.locals)
 
-    def _solve(self, always: set[str]) -> None:
+    def _solve(self, always: set[str], at_exit: set[str]) -> None:
         nodes = self.cfg.nodes
         changed = True
         while changed:
             changed = False
             for node in reversed(nodes):
-                out: set[str] = set(always)
+                out: set[str] = set(always) | (at_exit if node is self.cfg.exit else set())
                 for s in node.succ:
                     out |= s.live_in
                 new = ((node.acc.reads | node.acc.mutates) & self.locals) | (out - node.acc.binds)

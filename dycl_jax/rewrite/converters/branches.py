@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from dycl_jax.analysis.aliases import Aliases
 from dycl_jax.analysis.cfg import Liveness
-from dycl_jax.analysis.scopes import block_access, free_names
+from dycl_jax.analysis.scopes import block_access, free_names, param_names
 from dycl_jax.rewrite.templates import assign, is_scope, locate, op_call, tuple_of
 
 
@@ -28,7 +28,13 @@ def closure_reads(scope: ast.FunctionDef) -> set[str]:
 
 
 def liveness(scope: ast.FunctionDef) -> Liveness:
-    return Liveness(scope, closure_reads(scope))
+    """The scope's liveness. A parameter of a user function that it updates in place (`outs.append(h)`,
+    `t.add_(1)`) is live at its exit even when the function never reads it again: the caller's
+    object is the same one, so a construct updating it must give the update back."""
+    updated: set[str] = set()
+    if not getattr(scope, "_dycl_generated", False):
+        updated = block_access(scope.body).mutates & (param_names(scope) - {"self"})
+    return Liveness(scope, closure_reads(scope), updated)
 
 
 def signature(live: Liveness, bodies: list[list[ast.stmt]], live_after: set[str],
