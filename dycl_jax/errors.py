@@ -147,7 +147,8 @@ _STDLIB = os.path.realpath(sysconfig.get_paths()["stdlib"]) + os.sep
 # their frames count as torch's (file under the package, function name)
 HANDS_TO_TORCH = frozenset({("capture/export.py", "capture"), ("capture/export.py", "to_core_aten"),
                             ("capture/branch_checks.py", "shared_schema"),
-                            ("capture/branch_checks.py", "shared_check")})
+                            ("capture/branch_checks.py", "shared_check"),
+                            ("capture/branch_traces.py", "shared_fake")})
 
 
 def provoked_by_us(exc: BaseException) -> BaseException | None:

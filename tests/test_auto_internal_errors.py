@@ -3,6 +3,7 @@ dycl_jax's own code raised or provoked during the staged attempt surfaces as its
 asking to report it, never relabelled as a refusal nor hidden by a quiet move to dispatch."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 import torch.nn as nn
@@ -76,3 +77,24 @@ def test_the_functions_that_hand_the_program_to_torch_exist():
         module = importlib.import_module("dycl_jax." + file[:-3].replace("/", "."))
         source = open(module.__file__).read()
         assert f"def {function}(" in source, (file, function)
+
+
+class BranchesOfDifferentLayout(nn.Module):
+    """One path gives a transposed view's layout, the other a contiguous one: torch.cond refuses
+    to merge them (a branch mismatch, a documented reason), so auto runs the `if` in Python."""
+
+    def forward(self, h):
+        w = (h * 0.5).transpose(0, 1)
+        if h.mean() < 0.1:
+            out = w * 2.0
+        else:
+            out = w.contiguous() + 1.0
+        return out
+
+
+def test_a_branch_layout_mismatch_still_moves_auto_to_the_dispatch_host():
+    model = BranchesOfDifferentLayout().eval()
+    jm = dycl_jax.to_jax(model, (X,))
+    assert jm.host == "dispatch"
+    for x in (X, -X, X * 3):
+        torch.testing.assert_close(torch.as_tensor(np.asarray(jm(x))), model(x), rtol=1e-5, atol=1e-6)

@@ -16,6 +16,9 @@ HOSTS = ("auto", "staged", "dispatch")
 # torch.export's ways of saying "a tensor's value decides a shape or a Python value here"
 _DATA_DEPENDENT = ("GuardOnDataDependentSymNode", "DataDependentOutputException", "PendingUnbackedSymbolNotFound",
                    "UserError", "data-dependent", "data dependent", "unbacked")
+# torch.cond's ways of saying "the two branches give outputs of different layout or structure":
+# a branch mismatch, which the dispatch host's Python `if` does not have
+_BRANCH_MISMATCH = ("two branches' output", "torch.cond branches", "true branch returns", "false branch has")
 _OWN = (f"{os.sep}dycl_jax{os.sep}", f"{os.sep}torch{os.sep}", f"{os.sep}jax{os.sep}", f"{os.sep}contextlib.py",
         f"{os.sep}functools.py", "<frozen", "<eval_with_key>", "site-packages", "dist-packages")
 
@@ -103,13 +106,14 @@ def _data_dependent(exc: DyclError) -> bool:
 def internal_cause(exc: DyclError) -> BaseException | None:
     """The exception under `exc` that our own code provoked (`errors.provoked_by_us`): a bug,
     which the staged attempt must raise as itself rather than move to the dispatch host or
-    relabel. A data-dependent failure is not one, wherever torch raised it: it is the reason
-    the dispatch host exists. None where `exc` is a refusal that may move to the dispatch host."""
+    relabel. A data-dependent failure or torch.cond's branch mismatch (strides, structure) is not
+    one, wherever torch raised it: those are what the dispatch host is for. None where `exc` is a refusal that may move to the dispatch host."""
     chain = exception_chain(exc)
     internal = next((e for e in chain if raised_by_us(e)), None)
-    data_dependent = any(isinstance(e, DataDependentError) for e in chain) \
-        or any(k in f"{type(chain[-1]).__name__} {chain[-1]}" for k in _DATA_DEPENDENT)
-    if internal is None and not data_dependent:
+    root = f"{type(chain[-1]).__name__} {chain[-1]}"
+    documented = any(isinstance(e, DataDependentError) for e in chain) \
+        or any(k in root for k in (*_DATA_DEPENDENT, *_BRANCH_MISMATCH))
+    if internal is None and not documented:
         internal = provoked_by_us(exc)
     return noted(internal) if internal is not None else None
 
