@@ -17,11 +17,11 @@ from torch.nn.modules.batchnorm import _BatchNorm
 
 import dycl_jax.lower.ops  # noqa: F401  (registers every lowering)
 from dycl_jax.capture.export import StateEntry, TensorSpec, _leaf_names, capture
-from dycl_jax.errors import (AliasedUpdateError, DyclError, InputMutationError, StagedAliasError,
-                             UnsupportedOpError, raised_by_us)
+from dycl_jax.errors import (AliasedUpdateError, DyclError, InputMutationError, StagedAliasError, UnsupportedOpError,
+                             provoked_by_us)
 from dycl_jax.emit.writer import EmitInput
 from dycl_jax.host.dispatch import DispatchHost
-from dycl_jax.host.select import HOSTS, dispatch_reason, staged_refusal, user_location
+from dycl_jax.host.select import HOSTS, dispatch_reason, internal_cause, noted, staged_refusal, user_location
 from dycl_jax.host.staged import keyed_fn, staged_fn
 from dycl_jax.lower.int_ranges import describe_ints, int64_verdict, int_scope
 from dycl_jax.lower.interpreter import LoweredGraph
@@ -114,12 +114,19 @@ def to_jax(
             # as written the method does not stage: with its decode loop unrolled it may
             return _staged(model, args, method, dynamic_batch, step, UnrollOption(max_len))
         except DyclError as exc:  # the method does not stage as one program (our own bugs propagate)
-            if raised_by_us(exc) or _same_under_either_host(exc):
-                raise  # our own bug under a DyclError, or a refusal the dispatch host would give too
+            internal = internal_cause(exc)
+            if internal is not None:
+                raise internal from None  # our own bug (or torch failing on a call of ours) under a DyclError
+            if _same_under_either_host(exc):
+                raise  # a refusal the dispatch host would give too
             if host == "staged":
                 raise staged_refusal(exc) from exc
             reason = dispatch_reason(exc)
             where = exc.location or user_location(exc)
+        except Exception as exc:  # not a refusal: our own bug (told to report it) or the user's error, as itself
+            if provoked_by_us(exc) is not None:
+                noted(exc)
+            raise
     jm = _dispatch(model, args, method, step, reason, time.perf_counter() - start)
     jm.dispatch_location = where
     jm.source = model_source(model, method)
@@ -229,7 +236,10 @@ def _training(model: torch.nn.Module, args: tuple, method: str, host: str, dynam
         with rewritten(model, method) as rewrite_record, staging():
             cap = capture(model, args, method, dynamic_batch=dynamic_batch, train=True)
     except DyclError as exc:
-        if raised_by_us(exc) or _same_under_either_host(exc):
+        internal = internal_cause(exc)
+        if internal is not None:
+            raise internal from None
+        if _same_under_either_host(exc):
             raise
         if host == "staged":
             raise staged_refusal(exc) from exc

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import os
+import sys
+import sysconfig
 from dataclasses import dataclass
 
 
@@ -89,6 +91,15 @@ class ExportCoverageWarning(UserWarning):
     `jm.export(..., strict=True)` raises it as a DyclError instead."""
 
 
+def limitation(what: str, where: str, alternative: str | None = None) -> str:
+    """The fix text of a refusal that no conversion option avoids (or only `alternative` may):
+    `what` dycl_jax cannot keep, `where` in dycl_jax the limitation lies, and a request for a
+    report. It never asks for a change to the model."""
+    head = f"{alternative}; otherwise no" if alternative else "no"
+    return (f"{head} conversion option keeps this yet ({what}): a limitation of dycl_jax ({where}), not an error "
+            "in the model; please report it with the line above")
+
+
 # exception types that, raised by dycl_jax's own code, are its bugs (never a user-facing refusal)
 INTERNAL_TYPES = (NameError, KeyError, AssertionError, AttributeError, IndexError, UnboundLocalError)
 
@@ -125,3 +136,63 @@ def in_package(file: str) -> bool:
 # this package's folder: a user's file under a checkout folder that happens to be named
 # `dycl_jax` (its tests, its examples) is not our code
 _PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+# torch's and JAX's own code, and the standard library: the frames a traceback passes through
+# between our code (or the user's) and where such a library raises
+_LIBRARIES = ("torch", "jax", "jaxlib", "numpy", "sympy", "optree")
+_STDLIB = os.path.realpath(sysconfig.get_paths()["stdlib"]) + os.sep
+# our functions that only hand the user's (rewritten) program to torch, or stand in for one of
+# torch's own (the shared branch checks): torch failing beneath them judges that program, so
+# their frames count as torch's (file under the package, function name)
+HANDS_TO_TORCH = frozenset({("capture/export.py", "capture"), ("capture/export.py", "to_core_aten"),
+                            ("capture/branch_checks.py", "shared_schema"),
+                            ("capture/branch_checks.py", "shared_check"),
+                            ("capture/branch_traces.py", "shared_fake")})
+
+
+def provoked_by_us(exc: BaseException) -> BaseException | None:
+    """The exception in `exc`'s chain, not a DyclError, that dycl_jax's own code provoked: raised
+    by it (`raised_by_us`, any type), or by torch or JAX where the innermost frame outside those
+    libraries is ours, not the user's (our own call of a torch function failed: a version
+    counter read on an inference tensor). Frames of `HANDS_TO_TORCH` are torch's. Such an error is a
+    bug to report, never a reason for `host="auto"` to move to the dispatch host. A frame of the
+    user's rewritten code (`<dycl-rewrite...>`) is the user's. A DyclError raised while handling
+    an exception (not `from` it: a located refusal that explains it, as a branch shape mismatch
+    explains lax.cond's TypeError) ends the search. None where there is no such one."""
+    chain = exception_chain(exc)
+    for before, e in zip([None, *chain], chain):
+        if isinstance(before, DyclError) and before.__cause__ is not e:
+            break  # a refusal raised while handling `e` (not `from` it): its verdict on `e` stands
+        if isinstance(e, DyclError) or e.__traceback__ is None or type(e).__module__.startswith("dycl_jax."):
+            continue  # (a signal of our own, `bounded_rows._Unproven`, turned into a refusal on purpose)
+        last = None
+        tb = e.__traceback__
+        while tb is not None:
+            code = tb.tb_frame.f_code
+            if not _library(code.co_filename) and not _hands_to_torch(code.co_filename, code.co_name):
+                last = code.co_filename
+            tb = tb.tb_next
+        if last is not None and in_package(last):
+            return e
+    return None
+
+
+def _hands_to_torch(file: str, function: str) -> bool:
+    path = os.path.abspath(file)
+    where = os.path.relpath(path, _PACKAGE).replace(os.sep, "/")
+    return path.startswith(_PACKAGE) and (where, function) in HANDS_TO_TORCH
+
+
+def _library(file: str) -> bool:
+    if file.startswith("<"):
+        return not file.startswith("<dycl-rewrite")  # (`<frozen ...>`, fx's `<eval_with_key>`)
+    path = os.path.realpath(file)
+    if in_package(path):
+        return False
+    for name in _LIBRARIES:
+        module = sys.modules.get(name)
+        root = os.path.dirname(os.path.realpath(module.__file__)) + os.sep if module and module.__file__ else None
+        if root and path.startswith(root):
+            return True
+    return path.startswith(_STDLIB) and "-packages" not in path

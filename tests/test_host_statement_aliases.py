@@ -79,6 +79,7 @@ def test_an_alias_the_analysis_misses_is_refused_at_the_host_statement() -> None
         dycl_jax.to_jax(HiddenAlias().eval(), (_INPUTS[0],), host="dispatch")(_INPUTS[0])
     loc = info.value.location
     assert loc is not None and loc.file == __file__ and "h += (x > 0).nonzero().sum()" in loc.code
+    assert "please report it" in info.value.fix and "by name" not in info.value.fix, info.value.fix
 
 
 class DetachedView(nn.Module):

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass
+
 from dycl_jax.analysis.aliases import Aliases, sources
 from dycl_jax.analysis.scopes import access, block_access, function_locals
 
@@ -31,49 +32,45 @@ def summarize(tree: ast.FunctionDef, skip: int) -> Effects:
     positional = tuple(a.arg for a in (*args.posonlyargs, *args.args))[skip:]
     params = (*positional, *(a.arg for a in args.kwonlyargs),
               *(a.arg for a in (args.vararg, args.kwarg) if a is not None))
-    if not params:
-        return Effects(positional, frozenset(), frozenset())
     aliases = Aliases(tree)
-    fresh = _rebound_first(tree.body, set(params))
-    mutated = block_access(tree.body).mutates
-    returned = set().union(*(sources(n.value) for n in ast.walk(tree)
-                             if isinstance(n, ast.Return) and n.value is not None and _own(n, tree)))
-    kept = [p for p in params if p not in fresh]
-    return Effects(positional,
-                   frozenset(p for p in kept if any(aliases.same(p, m) for m in mutated)),
-                   frozenset(p for p in kept if any(aliases.same(p, r) for r in returned)))
+    updates, returns = set(), set()
+    for p in params:
+        # after a top-level `p = <new tensor>` (`x = self.conv(x)`, `t = t.clone()`), `p` no longer
+        # holds the caller's tensor; names bound to it before still may (`residual = x`)
+        r = _rebound(tree.body, p)
+        before, after = tree.body[:r], tree.body[r + 1:] if r is not None else []
+        mutated = block_access(before).mutates | (block_access(after).mutates - {p})
+        returned = _returned(before) | (_returned(after) - {p})
+        if any(aliases.same(p, m) for m in mutated):
+            updates.add(p)
+        if any(aliases.same(p, n) for n in returned):
+            returns.add(p)
+    return Effects(positional, frozenset(updates), frozenset(returns))
 
 
-def _own(node: ast.Return, tree: ast.FunctionDef) -> bool:
-    """Whether `node` returns from `tree` itself, not from a function nested in it."""
-    stack: list[ast.AST] = list(tree.body)
+def _rebound(body: list[ast.stmt], p: str) -> int | None:
+    """The index of the first top-level statement that binds `p` to a tensor that is not (a view
+    of) the one it held, without updating that one: `p = p * 2`, `p = self.conv(p)`."""
+    for i, s in enumerate(body):
+        if isinstance(s, ast.Assign) and len(s.targets) == 1 and isinstance(s.targets[0], ast.Name) \
+                and s.targets[0].id == p:
+            if p not in sources(s.value) and p not in access(s.value).mutates:
+                return i
+            return None  # `p = p.view(-1)`: still (a view of) the caller's tensor
+    return None
+
+
+def _returned(stmts: list[ast.stmt]) -> set[str]:
+    """Names whose tensor a `return` among `stmts` may give back (not a nested function's return)."""
+    found: set[str] = set()
+    stack: list[ast.AST] = list(stmts)
     while stack:
         n = stack.pop()
-        if n is node:
-            return True
-        if not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+        if isinstance(n, ast.Return) and n.value is not None:
+            found |= sources(n.value)
+        elif not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
             stack.extend(ast.iter_child_nodes(n))
-    return False
-
-
-def _rebound_first(body: list[ast.stmt], params: set[str]) -> set[str]:
-    """Parameters whose first use is a rebinding to a new tensor (`t = t.clone()`, `x = x * 2`):
-    the caller's tensor is never seen again under that name (nor under any other, none was bound)."""
-    fresh: set[str] = set()
-    pending = set(params)
-    for s in body:
-        acc = access(s)
-        used = (acc.reads | acc.writes) & pending
-        if isinstance(s, ast.Assign) and len(s.targets) == 1 and isinstance(s.targets[0], ast.Name) \
-                and s.targets[0].id in used:
-            p = s.targets[0].id
-            value = access(s.value)
-            if p not in sources(s.value) and p not in value.mutates and not (used - {p}):
-                fresh.add(p)
-        pending -= used
-        if not pending:
-            break
-    return fresh
+    return found
 
 
 CallEffects = tuple[tuple[str, tuple[Effects, ...]], ...]  # (name, what each function it may call does)
@@ -95,8 +92,9 @@ def mark(tree: ast.FunctionDef, methods: CallEffects, functions: CallEffects, se
         elif isinstance(func, ast.Name) and func.id not in local:
             found = by_function.get(func.id, ())
         if any(found):
-            node._dycl_updates = frozenset().union(*(_arguments(node, e, e.updates) for e in found))  # type: ignore[attr-defined]
-            node._dycl_returns = frozenset().union(*(_arguments(node, e, e.returns) for e in found))  # type: ignore[attr-defined]
+            updates = frozenset().union(*(_arguments(node, e, e.updates) for e in found))
+            returns = frozenset().union(*(_arguments(node, e, e.returns) for e in found))
+            node._dycl_updates, node._dycl_returns = updates, returns  # type: ignore[attr-defined]
 
 
 def _arguments(call: ast.Call, effects: Effects, params: frozenset[str]) -> set[str]:

@@ -29,7 +29,7 @@ from dycl_jax.capture import int_inputs
 from dycl_jax.capture.ordered_dicts import leaves_in_order
 from dycl_jax.capture.region import HostValueError, capture_call, lost_update, view_pairs
 from dycl_jax.errors import (AliasedUpdateError, CallError, DyclError, InputMutationError, Location,
-                             StagedAliasError, raised_by_us)
+                             StagedAliasError, limitation, raised_by_us)
 from dycl_jax.host import jax_ops, training, values
 from dycl_jax.host.carried import StandUsed, carry, only_moves
 from dycl_jax.host.attributes import DynamicAttributes
@@ -224,7 +224,10 @@ def _check_aliases_kept(spec: RegionSpec, part: "Part", vals: tuple, leaves: lis
                     f"a statement in this region updates a tensor in place that `{m}` also holds; torch changes "
                     f"`{m}` too, a converted region returns a new value only to the names it assigns",
                     location=Location(spec.file, st.line, st.code),
-                    fix=f"update `{m}` by name too (`{m} = ...` after the update), or copy first if `{m}` must not change")
+                    fix=limitation(f"the converter did not see that `{m}` holds this tensor: it came from a call whose "
+                                   "effects it cannot read, such as a lambda or a function without source",
+                                   "dycl_jax/host/dispatch.py, _check_aliases_kept",
+                                   'host="staged" keeps the update where the whole method stages'))
 
 
 def _getter(indices: list[int]) -> Callable[[Sequence[Any]], list]:

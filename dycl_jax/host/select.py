@@ -7,7 +7,8 @@ import linecache
 import os
 import traceback
 
-from dycl_jax.errors import CaptureError, DyclError, Location, exception_chain
+from dycl_jax.errors import (CaptureError, DataDependentError, DyclError, Location, exception_chain, provoked_by_us,
+                             raised_by_us)
 from dycl_jax.rewrite import modes
 from dycl_jax.source import origins
 
@@ -15,6 +16,9 @@ HOSTS = ("auto", "staged", "dispatch")
 # torch.export's ways of saying "a tensor's value decides a shape or a Python value here"
 _DATA_DEPENDENT = ("GuardOnDataDependentSymNode", "DataDependentOutputException", "PendingUnbackedSymbolNotFound",
                    "UserError", "data-dependent", "data dependent", "unbacked")
+# torch.cond's ways of saying "the two branches give outputs of different layout or structure":
+# a branch mismatch, which the dispatch host's Python `if` does not have
+_BRANCH_MISMATCH = ("two branches' output", "torch.cond branches", "true branch returns", "false branch has")
 _OWN = (f"{os.sep}dycl_jax{os.sep}", f"{os.sep}torch{os.sep}", f"{os.sep}jax{os.sep}", f"{os.sep}contextlib.py",
         f"{os.sep}functools.py", "<frozen", "<eval_with_key>", "site-packages", "dist-packages")
 
@@ -54,7 +58,9 @@ def staged_refusal(exc: DyclError) -> DyclError:
     points at it and names the value."""
     loc = exc.location or user_location(exc)
     fix = 'convert with host="auto" (the default) or host="dispatch": that host runs this construct in Python'
-    if exc.fix:
+    if exc.fix and 'host="dispatch"' in exc.fix:
+        fix = exc.fix  # (it names the host already)
+    elif exc.fix:
         fix = f"{exc.fix}; or {fix}"
     summary = _summary(exc)
     loops = [(site, names) for site, names in (modes.promoted() if _data_dependent(exc) and loc else [])
@@ -95,3 +101,29 @@ def _reaches(file: str, start: int, loc: Location, names: tuple[str, ...]) -> bo
 def _data_dependent(exc: DyclError) -> bool:
     root = exception_chain(exc)[-1]
     return isinstance(exc, CaptureError) and any(k in f"{type(root).__name__} {root}" for k in _DATA_DEPENDENT)
+
+
+def internal_cause(exc: DyclError) -> BaseException | None:
+    """The exception under `exc` that our own code provoked (`errors.provoked_by_us`): a bug,
+    which the staged attempt must raise as itself rather than move to the dispatch host or
+    relabel. A data-dependent failure or torch.cond's branch mismatch (strides, structure) is not
+    one, wherever torch raised it: those are what the dispatch host is for. None where `exc` is a refusal that may move to the dispatch host."""
+    chain = exception_chain(exc)
+    internal = next((e for e in chain if raised_by_us(e)), None)
+    root = f"{type(chain[-1]).__name__} {chain[-1]}"
+    documented = any(isinstance(e, DataDependentError) for e in chain) \
+        or any(k in root for k in (*_DATA_DEPENDENT, *_BRANCH_MISMATCH))
+    if internal is None and not documented:
+        internal = provoked_by_us(exc)
+    return noted(internal) if internal is not None else None
+
+
+_NOTE = ("raised inside dycl_jax while staging the method: a dycl_jax bug, please report it (host=\"auto\" did not "
+         "move to the dispatch host, which would hide it)")
+
+
+def noted(exc: BaseException) -> BaseException:
+    """`exc`, our own bug surfacing from the staged attempt, with a note asking to report it (once)."""
+    if _NOTE not in getattr(exc, "__notes__", ()):
+        exc.add_note(_NOTE)
+    return exc

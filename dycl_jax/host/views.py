@@ -7,7 +7,7 @@ from typing import Any, Callable, Sequence
 import jax
 
 from dycl_jax.capture.ordered_dicts import leaves_in_order
-from dycl_jax.errors import AliasedUpdateError, Location
+from dycl_jax.errors import AliasedUpdateError, Location, limitation
 from dycl_jax.rewrite.regions import RegionSpec
 
 
@@ -52,5 +52,6 @@ def check_views_kept(spec: RegionSpec, part: Any, vals: tuple, leaves: list, out
                     "both are read later and one of them may be updated in place; torch changes both, the "
                     "dispatch host holds them as separate arrays and would change only one",
                     location=Location(spec.file, st.line, st.code),
-                    fix=f"make `{view}` a copy (`.clone()` where it is made) if it must not change, or "
-                        f"update `{base}` by name after the in-place update")
+                    fix=limitation(f"the dispatch host does not rebuild `{view}` from `{base}` after an update "
+                                   "made in another region", "dycl_jax/host/views.py, check_views_kept",
+                                   'host="staged" keeps them one memory where the whole method stages'))

@@ -16,7 +16,7 @@ import torch
 
 from dycl_jax.analysis import effects
 from dycl_jax.analysis.closures import closure_hazards
-from dycl_jax.errors import DyclError
+from dycl_jax.errors import DyclError, limitation
 from dycl_jax.analysis.dynamism import constructs, needs_rewrite
 from dycl_jax.analysis.scopes import function_locals
 from dycl_jax.rewrite import codegen, library_root, lifting, pipeline
@@ -100,7 +100,9 @@ def _rewrite(fn: types.FunctionType, helper_cells: dict[str, types.CellType], up
             f"{hazard.construct_line} reassigns and also calls `{hazard.function}` inside; once that construct is converted its "
             f"body runs as a separate function, so `{hazard.function}` would see the old `{hazard.variable}`",
             location=src.location(hazard.line),
-            fix=f"pass `{hazard.variable}` to `{hazard.function}` as an argument",
+            fix=limitation(f"`{hazard.function}` would read `{hazard.variable}` from the function's scope while the "
+                           "converted construct holds its new value; every host rewrites the construct so",
+                           "dycl_jax/analysis/closures.py, read by rewrite/api.py"),
         )
     original = copy.deepcopy(src.tree)
     first = src.tree.args.posonlyargs + src.tree.args.args
@@ -394,7 +396,7 @@ def dispatch_plan(model: torch.nn.Module, method: str = "forward") -> DispatchPl
             if isinstance(owner, torch.nn.Module) else frozenset()
         refs = _referenced(fn, cells)
         done = _rewrite(fn, {name: cells[h] for name, h in refs.items()}, dispatch=True, hosted=hosted,
-                        calls=known.calls(fn, _owners(fn, targets)) if fn is not library_root.library_forward else ((), ()))
+                        calls=((), ()) if fn is library_root.library_forward else known.calls(fn, _owners(fn, targets)))
         dispatch.append((target, done.fn))
         record.functions.append(done.record)
     staged = [(t.owner, t.attr, _bind(t, staged_done[t.fn].fn)) for t in staged_targets]

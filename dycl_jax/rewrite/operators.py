@@ -20,7 +20,8 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from dycl_jax.errors import AliasedUpdateError, DyclError, InputMutationError, StagedAliasError, raised_by_us
+from dycl_jax.errors import (AliasedUpdateError, DyclError, InputMutationError, StagedAliasError, limitation,
+                             raised_by_us)
 from dycl_jax.rewrite import padding, plan as plans, plan_cache, staged
 from dycl_jax.rewrite import modes
 from dycl_jax.rewrite import rows  # noqa: F401  (bounded row selections, called by generated code)
@@ -56,6 +57,16 @@ def _pred(p: Any, site: Site) -> torch.Tensor:
 
 # ---------------------------------------------------------------- branches
 
+# the fix of a StagedAliasError: Python control flow keeps which names are one tensor
+ON_DISPATCH = ('convert with host="auto" (the default) or host="dispatch": they run this construct in Python, '
+               'where every name of the tensor sees the update')
+
+
+def _views_kept(n: str, m: str) -> str:
+    """The fix of a view refusal: a view and its base are one memory in torch, separate arrays on either host."""
+    return limitation(f"`{m}` and `{n}` share memory, and a converted construct holds them as separate arrays",
+                      "dycl_jax/rewrite/operators.py, _check_aliases")
+
 def _check_kept_aliases(site: Site, values: dict, frame: Any, branches: bool = False) -> None:
     """Refuse a construct whose output may stay the same tensor as another name on one path,
     when one of the two is updated in place later: torch's update reaches both there."""
@@ -69,8 +80,7 @@ def _check_kept_aliases(site: Site, values: dict, frame: Any, branches: bool = F
                 f"{site.construct}: `{n}` is the same tensor as `{m}` before it and stays so on a path that "
                 f"leaves `{n}` unchanged; one of them is updated in place later while the other is still read, "
                 f"which torch applies to both on that path only, and a converted construct gives `{n}` a new tensor",
-                location=site.location,
-                fix=f"copy first (`{n} = {m}.clone()` before it) if `{m}` must not change, or update `{m}` by name")
+                location=site.location, fix=ON_DISPATCH)
 
 
 def _root(t: torch.Tensor) -> torch.Tensor:
@@ -102,15 +112,14 @@ def _check_loop_aliases(site: Site, values: dict, frame: Any) -> None:
         for m, x in others.items():
             how = _shares(x, t) if m != n and not m.startswith("_dycl_") else None
             if how is not None:
-                raise _alias_error(how, x, t)(
+                error = _alias_error(how, x, t)
+                raise error(
                     f"{site.construct}: its body updates `{n}` in place, and `{m}` "
                     + {"same": "is the same tensor", "element": "holds it (or a view of it)",
                        "view": "shares its memory (a view)"}[how]
                     + f"; torch changes both on every iteration, a converted loop takes `{n}` and `{m}` as "
                     "separate loop variables and would change only one",
-                    location=site.location,
-                    fix=f"copy before the loop (`{n} = {n}.clone()`) if `{m}` must not change, or update "
-                        f"`{m}` by name in the body too")
+                    location=site.location, fix=ON_DISPATCH if error is StagedAliasError else _views_kept(n, m))
 
 
 def _check_split_aliases(site: Site, plan: plans.Plan, inputs: tuple) -> None:
@@ -125,8 +134,7 @@ def _check_split_aliases(site: Site, plan: plans.Plan, inputs: tuple) -> None:
                 f"on others; one of them is updated in place later while the other is still read, which torch "
                 f"applies to both on those paths only, and a converted construct cannot choose by a tensor "
                 f"condition whether two names are one tensor",
-                location=site.location,
-                fix=f"copy first (`{n} = {m}.clone()` before it) if they must not share updates, or update both by name")
+                location=site.location, fix=ON_DISPATCH)
 
 
 def _check_aliases(site: Site, frame: Any) -> None:
@@ -153,13 +161,11 @@ def _check_aliases(site: Site, frame: Any) -> None:
                 continue
             what = {"same": "is the same tensor", "element": "holds it (or a view of it)",
                     "view": "shares its memory (one is a view of the other: slicing, `.view`, `.t()`, ...)"}[how]
-            fix = (f"make `{m}` a copy (`.clone()` where it is made from `{n}`, or `{n}`'s from it) if it must not "
-                   f"change, or update `{m}` by name after the `if`") if how == "view" else \
-                (f"update `{m}` by name too, or copy first (`{n} = {n}.clone()` before the `if`) if `{m}` must not change")
-            raise _alias_error(how, local.get(m), t)(
+            error = _alias_error(how, local.get(m), t)
+            raise error(
                 f"{site.construct}: a path updates `{n}` in place, and `{m}`{' (read later)' if m in site.live_after else ''} "
                 f"{what}; torch changes both, a converted branch would change only `{n}`",
-                location=site.location, fix=fix)
+                location=site.location, fix=ON_DISPATCH if error is StagedAliasError else _views_kept(n, m))
 
 
 def _alias_error(how: str, x: Any, t: torch.Tensor) -> type[AliasedUpdateError]:
@@ -362,8 +368,7 @@ def _unowned_updates_refused(site: Site, fn: Callable) -> Callable:
                     "(through a name bound to it inside the branch, or inside a helper function or method "
                     "that changes its argument); torch changes "
                     f"`{n}` and every other name of that tensor, a converted branch would lose the update",
-                    location=site.location,
-                    fix='convert with host="dispatch" (or "auto", the default), which runs this branch in Python')
+                    location=site.location, fix=ON_DISPATCH)
         return out
     return path
 
@@ -477,8 +482,7 @@ def _merge_unbound(site: Site, test_fn: Callable, body_fn: Callable, carry: tupl
         out = tuple(body_fn(*expand(args[:k]), *args[k:]))
         if any(out[i] is not out[keep[w]] for i, w in enumerate(where)):  # (unbound: never seen)
             raise StagedAliasError(f"{site.construct}: names that are one tensor at the loop part in its body",
-                                   location=site.location, fix="copy before the loop (`.clone()`) the name that "
-                                                               "must not change")
+                                   location=site.location, fix=ON_DISPATCH)
         return tuple(out[i] for i in keep)
 
     return sub, test, body, tuple(carry[i] for i in keep), expand
