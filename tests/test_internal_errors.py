@@ -12,6 +12,7 @@ from torch import nn
 
 import dycl_jax
 import dycl_jax.lower.ops  # noqa: F401  (fills the registry)
+from dycl_jax.host import numpy_ops
 from dycl_jax.lower import registry
 from dycl_jax.lower.ops import control_flow, data_dependent
 from differential import assert_same  # pytest puts tests/ on sys.path
@@ -125,6 +126,7 @@ def test_an_internal_error_in_a_host_statements_lowering_surfaces_as_itself(host
     x = torch.tensor([[1.0, -1.0], [2.0, 3.0]])
     nonzero = torch.ops.aten.nonzero.default
     monkeypatch.setitem(registry._TABLE, nonzero, _concrete_bug(data_dependent, registry._TABLE[nonzero]))
+    monkeypatch.delitem(numpy_ops.FORMS, nonzero)  # its numpy form would answer before the lowering
     with pytest.raises(KeyError, match="injected"):  # not "torch runs it": the answer would hide the bug
         dycl_jax.to_jax(Picks(), (x,), host=host)(x)
 
@@ -135,6 +137,7 @@ def test_a_host_statement_whose_lowering_cannot_compute_runs_in_torch(monkeypatc
     def refuses(*args, **kwargs):
         raise NotImplementedError("this lowering cannot compute the case")
     monkeypatch.setitem(registry._TABLE, torch.ops.aten.nonzero.default, refuses)
+    monkeypatch.delitem(numpy_ops.FORMS, torch.ops.aten.nonzero.default)  # (answered before the lowering)
     jm = dycl_jax.to_jax(Picks(), (x,), host="dispatch")
     assert_same(Picks()(x), jm(x), "Picks")
     assert any("cannot compute" in line for line in jm.report().torch_statements), jm.report().torch_statements

@@ -129,6 +129,17 @@ def _torch_dtype(a: Any) -> torch.dtype:
     return torch_dtype(np.asarray(a).dtype)
 
 
+@functools.lru_cache(maxsize=None)  # asked per op of every host statement: once per op overload
+def _views(func: Any) -> bool:
+    """Whether the op's result views its input in torch (a copy here, see `JaxOps._note_views`)."""
+    return any(r.alias_info is not None for r in func._schema.returns)
+
+
+@functools.lru_cache(maxsize=None)
+def _name(func: Any) -> str:
+    return str(func).removeprefix("aten.")
+
+
 class JaxOps(TorchDispatchMode):
     """While active, every ATen op runs as its JAX lowering on concrete arrays; `ops` lists them."""
 
@@ -147,7 +158,7 @@ class JaxOps(TorchDispatchMode):
         if func in numpy_ops.FORMS:  # small exact ops (`.item()`, masks, nonzero): numpy, no JAX dispatch
             out = numpy_ops.FORMS[func](args, kwargs)
             if out is not None:
-                self.ops.append(str(func).removeprefix("aten."))
+                self.ops.append(_name(func))
                 self._note_views(func, args, out)
                 return out
         if func._schema.is_mutable:
@@ -177,7 +188,7 @@ class JaxOps(TorchDispatchMode):
 
     def _note_views(self, func: Any, args: tuple, out: Any) -> None:
         # a view op's result (and its base) would share storage in torch; here it is a copy
-        if any(r.alias_info is not None for r in func._schema.returns):
+        if _views(func):
             for t in pytree.tree_leaves((args, out)):
                 if isinstance(t, torch.Tensor):
                     self._aliased.add(id(t))
@@ -197,7 +208,7 @@ class JaxOps(TorchDispatchMode):
             if raised_by_us(exc):  # a bug in our lowering: it stays itself, never hidden by torch running it
                 raise
             raise NotInJax(f"{func}: {type(exc).__name__}: {exc}") from exc
-        self.ops.append(str(func).removeprefix("aten."))
+        self.ops.append(_name(func))
         result = _convert_out(func, out, dtypes, tensors[0].dtype if tensors else None)
         self._note_views(func, args, result)
         return result
