@@ -6,6 +6,7 @@ from typing import Callable
 
 from dycl_jax.analysis.aliases import Aliases
 from dycl_jax.analysis.scopes import function_locals
+from dycl_jax.rewrite.converters import branches
 from dycl_jax.rewrite.converters import (bounded_rows, counted_while, decode_loops, dispatch_split, helpers, host_values, jump_else, logical, loop_exits, predicates,
                                          returns, side_effects, structured, super_calls, tensor_data,
                                          ternary, undefined_init)
@@ -56,6 +57,7 @@ def run(ctx: Context, upto: str | None = None, dispatch: bool = False) -> ast.Fu
     scopes = user_scopes(tree)[::-1]  # nested defs first
     for scope in scopes:  # converters move code into generated functions; these stay the user's locals
         scope._dycl_user_locals = function_locals(scope)  # type: ignore[attr-defined]
+        scope._dycl_param_updates = branches.param_updates(scope)  # type: ignore[attr-defined]  (see liveness)
     for stage, convert in pipeline:
         for scope in scopes:
             convert(scope, ctx)

@@ -28,13 +28,21 @@ def closure_reads(scope: ast.FunctionDef) -> set[str]:
 
 
 def liveness(scope: ast.FunctionDef) -> Liveness:
-    """The scope's liveness. A parameter of a user function that it updates in place (`outs.append(h)`,
-    `t.add_(1)`) is live at its exit even when the function never reads it again: the caller's
-    object is the same one, so a construct updating it must give the update back."""
-    updated: set[str] = set()
-    if not getattr(scope, "_dycl_generated", False):
-        updated = block_access(scope.body).mutates & (param_names(scope) - {"self"})
-    return Liveness(scope, closure_reads(scope), updated)
+    """The scope's liveness. A parameter of a user function that it updates in place
+    (`outs.append(h)`, `t.add_(1)`; `pipeline.run` finds them in the user's code, before it changes)
+    is live at its exit even when the function never reads it again: the caller's object is the
+    same one, so a construct updating it must give the update back."""
+    updated = getattr(scope, "_dycl_param_updates", None)
+    if updated is None:  # a dispatch island: its parameters are the host's objects
+        updated = () if getattr(scope, "_dycl_generated", False) else param_updates(scope)
+    return Liveness(scope, closure_reads(scope), set(updated))
+
+
+def param_updates(scope: ast.FunctionDef) -> frozenset[str]:
+    """Parameters whose caller's object `scope` updates in place; one it rebinds anywhere
+    (`x = self.first(x)`) is left out: past that, it may not be the caller's."""
+    bound = {n.id for n in ast.walk(scope) if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)}
+    return frozenset(block_access(scope.body).mutates & param_names(scope) - bound - {"self"})
 
 
 def signature(live: Liveness, bodies: list[list[ast.stmt]], live_after: set[str],
