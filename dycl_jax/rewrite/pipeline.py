@@ -6,8 +6,7 @@ from typing import Callable
 
 from dycl_jax.analysis.aliases import Aliases
 from dycl_jax.analysis.scopes import function_locals
-from dycl_jax.rewrite.converters import branches
-from dycl_jax.rewrite.converters import (bounded_rows, counted_while, decode_loops, dispatch_split, helpers, host_values, jump_else, logical, loop_exits, predicates,
+from dycl_jax.rewrite.converters import (bounded_rows, branches, counted_while, decode_loops, dispatch_split, helpers, host_values, jump_else, logical, loop_exits, predicates,
                                          returns, side_effects, structured, super_calls, tensor_data,
                                          ternary, undefined_init)
 from dycl_jax.rewrite.templates import Context, user_scopes
