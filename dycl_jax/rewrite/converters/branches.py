@@ -33,9 +33,8 @@ def liveness(scope: ast.FunctionDef) -> Liveness:
     is live at its exit even when the function never reads it again: the caller's object is the
     same one, so a construct updating it must give the update back."""
     updated = getattr(scope, "_dycl_param_updates", None)
-    if updated is None:  # a dispatch island: its parameters are the host's objects (found once, as written)
-        updated = frozenset() if getattr(scope, "_dycl_generated", False) else param_updates(scope)
-        scope._dycl_param_updates = updated  # type: ignore[attr-defined]
+    if updated is None:  # a dispatch island: its parameters are the host's objects
+        updated = () if getattr(scope, "_dycl_generated", False) else param_updates(scope)
     return Liveness(scope, closure_reads(scope), set(updated))
 
 
