@@ -162,27 +162,58 @@ def _batch_norm(x: Any, w: Any, b: Any, mean: Any, var: Any, momentum: float, ep
     return out if b is None else f"{out} + {col(b)}"
 
 
-def _window(x: Any, init: str, op: str, kernel: Any, stride: Any, padding: Any) -> str:
-    stride = stride or kernel
-    pads = [(0, 0), (0, 0)] + [(p, p) for p in (padding if len(padding) == 2 else list(padding) * 2)]
+def _pool_pads(node: Any, kernel: Any, stride: Any, padding: Any, dilation: Any, ceil_mode: bool) -> tuple:
+    """(kernel, stride, [(low, high)] per spatial axis, overhang per axis) of a 2-d pooling: torch's
+    padding, plus on the high side whatever a ceil-mode window reaches beyond it (spatial sizes are
+    static; a window that would start inside the right padding is dropped, as torch does)."""
+    sizes = node.args[0].meta["val"].shape[-2:]
+    if not all(isinstance(n, int) for n in sizes):
+        raise KeyError("pooling over symbolic spatial sizes")
+    two = lambda v, d: tuple(v) * (2 // len(v)) if v else d  # noqa: E731  (ATen: one value or two)
+    k = two(kernel, None)
+    s, p, d = two(stride, k), two(padding, (0, 0)), two(dilation, (1, 1))
+    pads, over = [], []
+    for n, ki, si, pi, di in zip(sizes, k, s, p, d):
+        span = n + 2 * pi - di * (ki - 1) - 1
+        out = (-(-span // si) if ceil_mode else span // si) + 1
+        if ceil_mode and (out - 1) * si >= n + pi:
+            out -= 1
+        high = max(pi, (out - 1) * si + di * (ki - 1) + 1 - n - pi)
+        pads.append((pi, high))
+        over.append(high - pi)
+    return k, s, d, pads, tuple(sizes), over
+
+
+def _window(x: Any, init: str, op: str, kernel: Any, stride: Any, pads: list, dilation: Any = (1, 1)) -> str:
+    dil = "" if tuple(dilation) == (1, 1) else f", window_dilation={lit((1, 1, *dilation))}"
     return (f"jax.lax.reduce_window({lit(x)}, {init}, {op}, {lit((1, 1, *kernel))}, {lit((1, 1, *stride))}, "
-            f"{lit(pads)})")
+            f"{lit([(0, 0), (0, 0), *pads])}{dil})")
 
 
-@rule(aten.max_pool2d_with_indices.default, parts=(0,))
+@rule(aten.max_pool2d_with_indices.default, parts=(0,), node=True)
 def _max_pool(x: Any, kernel: Any, stride: Any = (), padding: Any = (0, 0), dilation: Any = (1, 1),
-              ceil_mode: bool = False) -> str:
-    if ceil_mode or tuple(dilation) not in ((1, 1), (1,)):
-        raise KeyError("max_pool2d_with_indices")
-    return _window(x, "-jnp.inf", "jax.lax.max", kernel, stride, padding)
+              ceil_mode: bool = False, node: Any = None) -> str:
+    k, s, d, pads, _, _ = _pool_pads(node, kernel, stride, padding, dilation, ceil_mode)
+    return _window(x, "-jnp.inf", "jax.lax.max", k, s, pads, d)
 
 
-@rule(aten.avg_pool2d.default)
+@rule(aten.avg_pool2d.default, node=True)
 def _avg_pool(x: Any, kernel: Any, stride: Any = (), padding: Any = (0, 0), ceil_mode: bool = False,
-              count_include_pad: bool = True, divisor: Any = None) -> str:
-    if ceil_mode or any(padding) or divisor is not None:
-        raise KeyError("avg_pool2d")
-    return f"{_window(x, '0.0', 'jax.lax.add', kernel, stride, padding)} / {kernel[0] * kernel[-1]}"
+              count_include_pad: bool = True, divisor: Any = None, node: Any = None) -> str:
+    k, s, _, pads, (h, w), over = _pool_pads(node, kernel, stride, padding, (), ceil_mode)
+    total = _window(x, "0.0", "jax.lax.add", k, s, pads)
+    if divisor is not None:
+        return f"{total} / {lit(divisor)}"
+    if count_include_pad and not any(over):
+        return f"{total} / {k[0] * k[1]}"
+    # torch divides by the window's count of input positions (and of padding, with count_include_pad,
+    # but never of a ceil-mode window's overhang): the same window summing ones
+    if count_include_pad:
+        (ph, _), (pw, _) = pads
+        ones, ones_pads = f"jnp.ones(({h + 2 * ph}, {w + 2 * pw}))", [(0, o) for o in over]
+    else:
+        ones, ones_pads = f"jnp.ones(({h}, {w}))", pads
+    return f"{total} / jax.lax.reduce_window({ones}, 0.0, jax.lax.add, {lit(k)}, {lit(s)}, {lit(ones_pads)})"
 
 
 @rule(aten.adaptive_max_pool2d.default, parts=(0,))
@@ -260,8 +291,10 @@ def _adaptive_avg(x: Any, size: Any, node: Any) -> str:
         return f"jnp.mean({lit(x)}, axis=(2, 3), keepdims=True)"
     *lead, h, w = node.args[0].meta["val"].shape
     oh, ow = size
-    if len(lead) != 2 or not all(isinstance(d, int) for d in (lead[1], h, w)) or h % oh or w % ow:
-        raise KeyError("_adaptive_avg_pool2d")  # windows of one size only: the output divides the input
+    if len(lead) != 2 or not all(isinstance(d, int) for d in (lead[1], h, w)):
+        raise KeyError("_adaptive_avg_pool2d over symbolic sizes")
+    if h % oh or w % ow:  # bins of unequal sizes or overlapping: torch's bins, one by one
+        return f"adaptive_avg_pool2d({lit(x)}, {lit((oh, ow))})"
     # equal windows: each output cell the mean of its (h/oh, w/ow) block
     return (f"jnp.mean({lit(x)}.reshape({lit(x)}.shape[0], {lead[1]}, {oh}, {h // oh}, {ow}, {w // ow}), "
             f"axis=(3, 5))")
@@ -338,3 +371,51 @@ def _clamp(x: Any, min: Any = None, max: Any = None) -> str:  # noqa: A002 (ATen
     # max then min, as torch: NaN propagates and min > max gives max
     out = lit(x) if min is None else f"jnp.maximum({lit(x)}, {lit(min)})"
     return out if max is None else f"jnp.minimum({out}, {lit(max)})"
+
+
+rule(aten.hardtanh.default)(lambda a, lo=-1.0, hi=1.0: f"jnp.clip({lit(a)}, {lit(lo)}, {lit(hi)})")
+
+
+@rule(aten.upsample_bilinear2d.vec, aten.upsample_nearest2d.vec, named=True, node=True)
+def _resize(x: Any, size: Any, *rest: Any, node: Any) -> str:
+    # jax.image.resize samples at half-pixel centres, as torch does without align_corners; without
+    # antialiasing a smaller output reads the same taps too. torch's nearest (floor(dst * in/out)) is
+    # not jax's (round-half-up of the centre) unless the output is an integer multiple of the input.
+    align, scales = (rest[0], rest[1]) if node.target is aten.upsample_bilinear2d.vec else (False, rest[0])
+    sizes = node.args[0].meta["val"].shape[-2:]
+    out = tuple(node.meta["val"].shape[-2:])
+    if align or scales is not None or not all(isinstance(n, int) for n in (*sizes, *out)):
+        raise KeyError("upsampling with align_corners or scale factors")
+    method = "bilinear"
+    if node.target is aten.upsample_nearest2d.vec:
+        if any(o % n for o, n in zip(out, sizes)):
+            raise KeyError("nearest upsampling to a size that is not a multiple of the input's")
+        method = "nearest"
+    return f"jax.image.resize({lit(x)}, {lit(x)}.shape[:2] + {lit(out)}, {method!r}, antialias=False)"
+
+
+@rule(aten.native_group_norm.default, parts=(0,))
+def _group_norm(x: Any, w: Any, b: Any, n: Any, c: Any, hw: Any, groups: int, eps: float) -> str:
+    return f"group_norm({lit(x)}, {groups}, {lit(w)}, {lit(b)}, {eps!r})"
+
+
+# Module-level functions of the emitted file, written into it where its code calls them (`name(`):
+# torch ops whose jnp form is several statements.
+HELPERS = {
+    "group_norm": '''def group_norm(x, groups, scale, bias, eps):
+    """torch's GroupNorm on (N, C, ...): each sample's channels in `groups` groups, normalised over the group."""
+    g = x.reshape(x.shape[0], groups, -1)
+    g = (g - g.mean(axis=2, keepdims=True)) * jax.lax.rsqrt(g.var(axis=2, keepdims=True) + eps)
+    out = g.reshape(x.shape)
+    column = (-1,) + (1,) * (x.ndim - 2)
+    out = out if scale is None else out * scale.reshape(column)
+    return out if bias is None else out + bias.reshape(column)''',
+    "adaptive_avg_pool2d": '''def adaptive_avg_pool2d(x, size):
+    """torch's adaptive average pooling of NCHW: output row i averages input rows
+    [floor(i * H / out), ceil((i + 1) * H / out)), likewise the columns (bins may overlap)."""
+    for axis, out in zip((2, 3), size):
+        n = x.shape[axis]
+        bins = [jax.lax.slice_in_dim(x, i * n // out, -(-(i + 1) * n // out), axis=axis) for i in range(out)]
+        x = jnp.stack([b.mean(axis=axis) for b in bins], axis=axis)
+    return x''',
+}

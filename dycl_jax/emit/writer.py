@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,7 +15,7 @@ from dycl_jax.emit import hierarchy
 from dycl_jax.emit.bodies import Body
 from dycl_jax.emit.classes import build_classes
 from dycl_jax.emit.layers import TORCH_NAMES
-from dycl_jax.emit.ops import KEYS, Expr, lit
+from dycl_jax.emit.ops import HELPERS, KEYS, Expr, lit
 from dycl_jax.emit.program import Program
 from dycl_jax.errors import DyclError
 
@@ -187,7 +188,9 @@ def assemble(prog: Program, model_name: str, root_call: tuple[list[str], list[st
     emitted = build_classes(prog, model_name, root_call, methods)
     keyed = "" in prog.keyed_calls
     header = _HEADER.format(model=model_name) + (_RANDOM if keyed else "")
-    text = "\n\n\n".join([header.rstrip("\n"), *emitted.classes, *functions])
+    code = "\n".join([*emitted.classes, *functions])
+    helpers = [src for name, src in HELPERS.items() if re.search(rf"(?<![\w.]){name}\(", code)]
+    text = "\n\n\n".join([header.rstrip("\n"), *helpers, *emitted.classes, *functions])
     rngs_arg, rngs_doc, rngs_set = _RNGS if keyed else ("", "", "")
     text += "\n\n" + _LOADER.format(root=emitted.root, weights=WEIGHTS, rngs_arg=rngs_arg, rngs_doc=rngs_doc,
                                      rngs_set=rngs_set)
