@@ -17,11 +17,12 @@ from dycl_jax.errors import DyclError
 
 # (example module, inputs(n) argument): static examples (a ResNet, GRU cells, an LSTM, a MobileNet with
 # bilinear upsampling and GroupNorm, a VGG and a WideResNet with ceil-mode, padded and non-divisible
-# pooling; transformer_seq2seq's emitted module fails at its batch-sized expands and layer calls) and every
+# pooling, a Transformer encoder-decoder with batch-sized expands and layers fed batch-sized views) and every
 # staged DyNN example (blockdrop110, blockdrop's 110-layer form, is left to test_dynn_e2e: its conversion
 # alone is ~10 CPU-s)
 CASES = [("examples.resnet_small", 3), ("examples.gru_cells", 3), ("examples.lstm_classifier", 3),
          ("examples.mobilenet_small", 3), ("examples.vgg_small", 3), ("examples.wide_resnet_small", 3),
+         ("examples.transformer_seq2seq", 3),
          ("examples.dynn.shallow_deep", 12), ("examples.dynn.skipnet_ff", 8),
          ("examples.dynn.blockdrop", 8)] + [(f"examples.dynn.{name}", 8) for name in (
              "act", "anytime_msdnet", "deebert", "energy_selector", "nested_while_if", "pabee", "sdn_published",

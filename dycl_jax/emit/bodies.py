@@ -187,7 +187,7 @@ class Body:
         args = self.value(node.args)
         kwargs = {k: self.value(v) for k, v in node.kwargs.items() if k not in ("device", "pin_memory", "layout",
                                                                               "memory_format", "non_blocking")}
-        if r.named:  # the template repeats an argument: give it a name first
+        if r.named is True or (callable(r.named) and r.named(node)):  # the text repeats an argument: name it first
             args = tuple(self._named(a) for a in args)
         try:
             text = r.text(*args, **kwargs, **({"node": node} if r.node else {}))
@@ -232,8 +232,10 @@ class Body:
         inputs, outputs = call_io(call, self.program.state_of)
         layer = self.program.layer_of(call)
         ref = self.program.ref(layer.path if layer is not None else call.path, self.context)
-        if layer is not None and len(outputs) == 1 and len(inputs) == 1:
-            self._publish(outputs[0], layer.call(ref, lit(self.value(inputs[0]))), users, line_of, i)
+        # a layer takes its one array: sizes the graph passes in (a batch-sized view's `B * T`) it reads itself
+        arrays = [a for a in inputs if isinstance(a.meta.get("val"), torch.Tensor)]
+        if layer is not None and len(outputs) == 1 and len(arrays) == 1:
+            self._publish(outputs[0], layer.call(ref, lit(self.value(arrays[0]))), users, line_of, i)
             return
         args = ", ".join([lit(self._named(self.value(a))) for a in inputs]
                          + ([KEYS] if call.path in self.program.keyed_calls else []))

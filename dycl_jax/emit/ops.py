@@ -24,14 +24,16 @@ class Rule:
     text: Callable[..., str]
     dtype: str = "first"
     parts: tuple[int, ...] = ()
-    named: bool = False  # the text repeats an argument: arguments must be names, not expressions
+    # the text repeats an argument: arguments must be names, not expressions (a function of the
+    # fx node: only where that node's text repeats one)
+    named: bool | Callable[[Any], bool] = False
     node: bool = False  # the template reads torch's metadata: it gets the fx node as `node=`
 
 
 RULES: dict[Any, Rule] = {}
 
 
-def rule(*ops: Any, dtype: str = "first", parts: tuple[int, ...] = (), named: bool = False,
+def rule(*ops: Any, dtype: str = "first", parts: tuple[int, ...] = (), named: bool | Callable[[Any], bool] = False,
          node: bool = False) -> Callable:
     def deco(fn: Callable[..., str]) -> Callable[..., str]:
         for op in ops:
@@ -114,8 +116,9 @@ rule(aten.permute.default)(lambda a, dims: f"{lit(a)}.transpose({lit(dims)})")
 rule(aten.unsqueeze.default)(lambda a, d: f"jnp.expand_dims({lit(a)}, {d})")
 rule(aten.cat.default, dtype="promote")(lambda xs, dim=0: f"jnp.concatenate([{', '.join(lit(x) for x in xs)}], axis={dim})")
 rule(aten.index_select.default)(lambda a, dim, idx: f"jnp.take({lit(a)}, {lit(idx)}, axis={dim})")
-rule(aten.expand.default, node=True)(  # -1 keeps the input's size (torch's sizes, from the graph)
-    lambda a, shape, node, **_: f"jnp.broadcast_to({lit(a)}, {lit(_expanded(shape, node))})")
+rule(aten.expand.default, node=True, named=lambda node: any(isinstance(s, Expr) for s in _expanded(node.args[1], node)))(
+    # -1 keeps the input's size: torch's sizes from the graph, the input's own where it is symbolic (the batch)
+    lambda a, shape, node, **_: f"jnp.broadcast_to({lit(a)}, {lit(_expanded(shape, node, a))})")
 
 
 @rule(aten.select.int)
@@ -303,10 +306,11 @@ def _adaptive_avg(x: Any, size: Any, node: Any) -> str:
 NO_VALUE = {aten._assert_tensor_metadata.default}  # checks only: they emit nothing
 
 
-def _expanded(shape: Any, node: Any) -> Any:
+def _expanded(shape: Any, node: Any, a: Any = "x") -> Any:
     have = node.args[0].meta["val"].shape
     lead = len(shape) - len(have)
-    return [have[i - lead] if s == -1 and isinstance(have[i - lead], int) else s for i, s in enumerate(shape)]
+    return [s if not (isinstance(s, int) and s == -1) else have[i - lead] if isinstance(have[i - lead], int)
+            else Expr(f"{lit(a)}.shape[{i - lead}]") for i, s in enumerate(shape)]
 
 
 def _indices(idx: Any) -> str:
