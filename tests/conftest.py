@@ -14,6 +14,20 @@ if str(ROOT) not in sys.path:
 # optimisations still run. Read when JAX starts its backend, so only if the user set nothing.
 os.environ.setdefault("XLA_FLAGS", "--xla_backend_optimization_level=0")
 
+# One persistent XLA compilation cache per test run, shared by the xdist workers (they inherit
+# the controller's environment) and the tests' subprocesses: a program another worker or an
+# earlier test compiled already (the same example converted in two files) is read back rather
+# than compiled again. Created empty at the start of each run and removed at its end, so no test
+# depends on an earlier run. DYCL_TEST_XLA_CACHE=0 turns it off.
+_XLA_CACHE_OWNER = False
+if os.environ.get("DYCL_TEST_XLA_CACHE", "1") != "0" and "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+    import tempfile
+
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="dycl-test-xla-cache-")
+    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")  # tests' programs compile in ~0.1 s
+    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
+    _XLA_CACHE_OWNER = True  # the process that made it (the xdist controller) removes it
+
 import pytest  # noqa: E402  (after XLA_FLAGS: nothing here may start JAX's backend first)
 import torch  # noqa: E402
 
@@ -89,3 +103,10 @@ if _CPU_LOG:
         yield
         with open(_CPU_LOG, "a") as log:
             log.write(f"{item.nodeid}\t{_cpu_now() - start:.2f}\n")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if _XLA_CACHE_OWNER:
+        import shutil
+
+        shutil.rmtree(os.environ["JAX_COMPILATION_CACHE_DIR"], ignore_errors=True)

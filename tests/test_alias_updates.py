@@ -379,3 +379,118 @@ def test_layer_calls_and_a_method_that_copies_first_have_no_effect_on_their_argu
                for n, found in methods}
     assert effects == {"through_the_other_name": ({"x"}, set())}, effects
     assert functions == ()
+
+
+# ---------------------------------------------------------------- views made again after a construct
+# A view made before a converted branch or loop that updates its base in place (`a = v[0]`, then
+# `v.add_(1)` under a tensor condition), read after it: torch's view sees the update, and so does
+# the converted model (the view is made again from the new base, converters/view_updates.py).
+
+class RowUpdatedInABranch(nn.Module):
+    """`a = v[0]`; a tensor `if` updates `v` in place; only `a` is read after it."""
+
+    def forward(self, h):
+        v = h * 0.5
+        a = v[0]
+        if h.sum() > 0:
+            v.add_(1.0)
+        return (a * 2,)
+
+
+class ColumnUpdatedInATensorLoop(nn.Module):
+    """`a = v[:, 1]`; a tensor `while` writes `v[0] += 1` on every iteration."""
+
+    def forward(self, h):
+        v = h * 0.5
+        a = v[:, 1]
+        n = torch.zeros((), dtype=torch.long)
+        while h.sum() > 0.5 and n < 3:
+            v[0] += 1
+            h = h * 0.9 - 0.2
+            n = n + 1
+        return a + 0, n
+
+
+class ViewsInAnElifChain(nn.Module):
+    """Several views (a transposed slice, `.view(-1)`, a row picked by a Python int name) of a
+    tensor an `if`/`elif` chain updates on two of its paths."""
+
+    def forward(self, h):
+        v = h * 0.5
+        a = v[:, 1:].t()
+        b = v.view(-1)
+        i = 1
+        c = v[i]
+        if h.sum() > 0:
+            v[0] += 1
+        elif h.mean() < -0.5:
+            v.mul_(2)
+        return a * 1, b + 0, c + 0, v
+
+
+class TransposeReadBetweenTwoBranches(nn.Module):
+    """`a = v.T`, read after a first branch and again after a second one."""
+
+    def forward(self, h):
+        v = h * 0.5
+        a = v.T
+        if h.sum() > 0:
+            v.add_(1.0)
+        y = a * 2
+        if h.mean() > 0.3:
+            v.mul_(3.0)
+        return a + 0, y
+
+
+@pytest.mark.parametrize("host", ["staged", "dispatch", "auto"])
+@pytest.mark.parametrize("cls", [RowUpdatedInABranch, ColumnUpdatedInATensorLoop, ViewsInAnElifChain,
+                                 TransposeReadBetweenTwoBranches])
+def test_a_view_sees_its_base_updated_in_a_converted_construct(cls, host):
+    jm = _matches_torch(cls().eval(), XS, host=host)
+    assert jm.host == ("dispatch" if host == "dispatch" else "staged")
+
+
+class MaskedCopy(nn.Module):
+    """`a = v[v > 0]` is a copy: torch's `a` keeps its values when `v` changes."""
+
+    def forward(self, h):
+        v = h * 0.5
+        a = v[v > 0]
+        if h.sum() > 0:
+            v.add_(1.0)
+        return a.sum() * 2, v
+
+
+def test_a_copy_made_by_indexing_keeps_its_values():
+    _matches_torch(MaskedCopy().eval(), XS)
+
+
+class ViewUpdatedInTheBranch(nn.Module):
+    """The other direction: the branch updates the view `a`, and `v` is read after it."""
+
+    def forward(self, h):
+        v = h * 0.5
+        a = v[0]
+        if h.sum() > 0:
+            a.add_(1.0)
+        return (v * 1,)
+
+
+class ViewReadInsideTheBranch(nn.Module):
+    """The branch reads `a` after updating `v`: torch's `a` changes inside the branch already."""
+
+    def forward(self, h):
+        v = h * 0.5
+        a = v[1]
+        if h.sum() > 0:
+            v.add_(1.0)
+            h = h + a
+        return a + h,
+
+
+@pytest.mark.parametrize("cls", [ViewUpdatedInTheBranch, ViewReadInsideTheBranch])
+def test_a_view_the_rewrite_cannot_make_again_stays_refused_at_the_construct(cls):
+    with pytest.raises(AliasedUpdateError) as info:
+        dycl_jax.to_jax(cls().eval(), (XS[0].clone(),))
+    assert info.value.location.file == __file__ and info.value.location.code == "if h.sum() > 0:"
+    assert "please report it" in info.value.fix

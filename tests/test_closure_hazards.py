@@ -50,10 +50,84 @@ class ClosureDefinedInBranch(torch.nn.Module):
         return x
 
 
-def test_stale_closure_is_refused_with_location():
-    with pytest.raises(dycl_jax.DyclError, match=r"(?s)nested function `f` reads `scale`.*test_closure_hazards.py:15"
+XS = (torch.ones(1, 3), -torch.ones(1, 3) * 0.5, torch.tensor([[0.5, -1.0, 2.0]]), torch.tensor([[-2.0, 0.25, 1.0]]))
+
+
+class LambdaInATensorLoop(torch.nn.Module):
+    """`g = lambda ...` reads `s`, which a tensor `while` reassigns before calling `g`."""
+
+    def forward(self, x):
+        s = x * 0
+        g = lambda t: t * 0.5 + s  # noqa: E731
+        n = torch.zeros((), dtype=torch.long)
+        while x.sum() > 0 and n < 3:
+            s = s + 1
+            x = g(x) - 1
+            n = n + 1
+        return x, n
+
+
+class ClosureInAnElifChain(torch.nn.Module):
+    """An `if`/`elif` chain whose every path reassigns `scale` and calls `f`, also after it."""
+
+    def forward(self, x):
+        scale = x.sum()
+
+        def f(y):
+            return y * scale
+
+        if x.mean() > 0.5:
+            scale = scale * 2
+            x = f(x)
+        elif x.mean() > 0:
+            scale = scale - 1
+            x = f(x) + 1
+        else:
+            x = f(x) - 1
+        return x, f(x)
+
+
+def _outputs(out):
+    return out if isinstance(out, tuple) else (out,)
+
+
+@pytest.mark.parametrize("cls", [StaleClosure, LambdaInATensorLoop, ClosureInAnElifChain])
+@pytest.mark.parametrize("host", ["staged", "auto"])
+def test_a_closure_over_a_variable_the_construct_reassigns_converts_and_matches(cls, host):
+    model = cls().eval()
+    jm = dycl_jax.to_jax(model, (XS[0],), host=host)
+    assert jm.host == "staged"
+    for x in XS:
+        for w, g in zip(_outputs(model(x.clone())), _outputs(jm(x.clone()))):
+            np.testing.assert_allclose(np.asarray(g), w.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_on_the_dispatch_host_the_closure_is_refused_with_a_host_that_works():
+    with pytest.raises(dycl_jax.DyclError, match=r"(?s)nested function `f` reads `scale`.*test_closure_hazards.py:15") \
+            as info:
+        dycl_jax.to_jax(StaleClosure().eval(), (XS[0],), host="dispatch")
+    assert 'host="auto"' in info.value.fix and "clone" not in info.value.fix
+
+
+class ClosureWithADefault(torch.nn.Module):
+    """A default is evaluated when the `def` runs: defined again, it would take another value."""
+
+    def forward(self, x):
+        scale = x.sum()
+
+        def f(y, k=2.0):
+            return y * scale * k
+
+        if x.mean() > 0:
+            scale = scale * 2
+            x = f(x)
+        return x
+
+
+def test_a_closure_that_cannot_be_defined_again_is_refused_with_location():
+    with pytest.raises(dycl_jax.DyclError, match=r"(?s)nested function `f` reads `scale`.*test_closure_hazards.py:"
                                                  r".*fix: no conversion option keeps this yet.*please report it"):
-        dycl_jax.to_jax(StaleClosure().eval(), (torch.ones(1, 3),))
+        dycl_jax.to_jax(ClosureWithADefault().eval(), (XS[0],))
 
 
 def test_closure_over_outer_tensor_fails_loudly_when_staged():

@@ -11,12 +11,17 @@ _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
 @dataclass(frozen=True)
 class ClosureHazard:
     """`function` (defined at `line`) reads `variable`, which the construct at `construct_line`
-    reassigns before calling it."""
+    reassigns before calling it. `definition` is its `def` (or `f = lambda ...`) statement;
+    `construct` the if/while/for. `refreshable`: its definition can run again at the start of the
+    construct's bodies (`refreshable`), so that the copy there reads the construct's own values."""
 
     function: str
     variable: str
     line: int
     construct_line: int
+    definition: ast.AST | None = None
+    construct: ast.AST | None = None
+    refreshable: bool = False
 
 
 def _walk_scope(node: ast.AST):
@@ -74,6 +79,29 @@ def closure_hazards(scope: ast.FunctionDef) -> list[ClosureHazard]:
             node, free = nested[name]
             if node in inner:  # defined inside the construct: it closes over the branch's own locals
                 continue
+            ok = refreshable(scope, node, name) and name not in stored
             for var in sorted(free & stored):
-                hazards.append(ClosureHazard(name, var, node.lineno, construct.lineno))
+                hazards.append(ClosureHazard(name, var, node.lineno, construct.lineno, node, construct, ok))
     return hazards
+
+
+def refreshable(scope: ast.FunctionDef, definition: ast.AST, name: str) -> bool:
+    """Running `definition` again elsewhere in the scope makes the same function, closing over the
+    same variables: it is the scope's only binding of `name`, has no decorators, defaults or
+    `nonlocal` / `global` (run again, they would be evaluated anew or rebind), and does not call
+    itself by name (a copy would call the original)."""
+    fn = definition.value if isinstance(definition, ast.Assign) else definition
+    if isinstance(definition, ast.Assign) and (len(definition.targets) != 1 or not isinstance(definition.targets[0], ast.Name)):
+        return False
+    if not isinstance(fn, (ast.FunctionDef, ast.Lambda)) or getattr(fn, "decorator_list", []) \
+            or fn.args.defaults or any(d is not None for d in fn.args.kw_defaults):
+        return False
+    body = fn.body if isinstance(fn.body, list) else [fn.body]
+    inner = [n for stmt in body for n in ast.walk(stmt)]
+    if any(isinstance(n, (ast.Nonlocal, ast.Global, ast.Yield, ast.YieldFrom, ast.Await)) for n in inner) \
+            or any(isinstance(n, ast.Name) and n.id == name for n in inner):
+        return False
+    bindings = [n for n in _walk_scope(scope)
+                if (isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and n.name == name)
+                or (isinstance(n, ast.Name) and n.id == name and not isinstance(n.ctx, ast.Load))]
+    return len(bindings) == 1

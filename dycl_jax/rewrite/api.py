@@ -95,10 +95,20 @@ def _rewrite(fn: types.FunctionType, helper_cells: dict[str, types.CellType], up
         return _CACHE[key]
     src = read_function(fn)
     for hazard in closure_hazards(src.tree):
+        if hazard.refreshable and not dispatch:
+            continue  # defined again inside the construct (converters/closure_refresh.py)
+        message = (f"nested function `{hazard.function}` reads `{hazard.variable}`, which the construct at line "
+                   f"{hazard.construct_line} reassigns and also calls `{hazard.function}` inside; once that construct "
+                   f"is converted its body runs as a separate function, so `{hazard.function}` would see the old "
+                   f"`{hazard.variable}`")
+        if hazard.refreshable:  # the dispatch rewrite: a region takes a closure's cells when it starts
+            raise DyclError(message + f", and on the dispatch host a compiled region takes `{hazard.function}`'s "
+                            "values when it starts", location=src.location(hazard.line),
+                            fix=f'convert with host="auto" (the default) or host="staged": they define '
+                                f'`{hazard.function}` again inside the converted body')
         raise DyclError(
-            f"nested function `{hazard.function}` reads `{hazard.variable}`, which the construct at line "
-            f"{hazard.construct_line} reassigns and also calls `{hazard.function}` inside; once that construct is converted its "
-            f"body runs as a separate function, so `{hazard.function}` would see the old `{hazard.variable}`",
+            message + f", and `{hazard.function}` cannot be defined again there (a decorator, a default, `nonlocal`, "
+            "a second definition or a call of itself)",
             location=src.location(hazard.line),
             fix=limitation(f"`{hazard.function}` would read `{hazard.variable}` from the function's scope while the "
                            "converted construct holds its new value; every host rewrites the construct so",

@@ -37,7 +37,8 @@ from dycl_jax.rewrite.padding import decoded, unrolled  # noqa: F401  (unrolled 
 
 __all__ = ["Undefined", "staging", "tracing", "cond", "switch", "ifexp", "while_loop", "and_", "or_", "not_",
            "and_value", "or_value", "item", "as_bool", "as_float", "as_int", "stop", "own", "data", "unless",
-           "np_reduce", "getitem", "region", "decide", "defined", "island", "NOT_STAGED", "decoded", "unrolled"]
+           "np_reduce", "getitem", "region", "decide", "defined", "island", "NOT_STAGED", "decoded", "unrolled",
+           "is_view", "view_again"]
 
 
 def _pred(p: Any, site: Site) -> torch.Tensor:
@@ -99,6 +100,24 @@ def _shares(x: Any, t: torch.Tensor) -> str | None:
     return None
 
 
+def _remade(site: Site, m: str, local: dict) -> bool:
+    """`m` is a view (or the tensor) of its base that the statement after the construct makes again
+    from the construct's new base (`Site.rederived`): the update reaches it there, as in torch."""
+    base = dict(site.rederived).get(m)
+    return base is not None and is_view(local.get(m), local.get(base))
+
+
+def is_view(x: Any, base: Any) -> bool:
+    """`x` is the tensor `base` or shares its memory as a view (a copy, `v[mask]`, does not)."""
+    return isinstance(x, torch.Tensor) and isinstance(base, torch.Tensor) and _shares(x, base) in ("same", "view")
+
+
+def view_again(was_view: bool, old: Any, make: Callable[[], Any]) -> Any:
+    """A view re-derived after a construct that updated its base in place: `make()` runs the
+    user's view expression on the new base; a copy (`was_view` false) keeps its own value."""
+    return make() if was_view else old
+
+
 def _check_loop_aliases(site: Site, values: dict, frame: Any) -> None:
     """Refuse a loop whose body updates a carried tensor in place while another loop variable
     (or a name read after the loop) is that tensor, holds it or shares its memory: the staged
@@ -110,7 +129,7 @@ def _check_loop_aliases(site: Site, values: dict, frame: Any) -> None:
             continue
         others = {**{m: local.get(m) for m in site.live_after}, **values}
         for m, x in others.items():
-            how = _shares(x, t) if m != n and not m.startswith("_dycl_") else None
+            how = _shares(x, t) if m != n and not m.startswith("_dycl_") and not _remade(site, m, local) else None
             if how is not None:
                 error = _alias_error(how, x, t)
                 raise error(
@@ -154,7 +173,8 @@ def _check_aliases(site: Site, frame: Any) -> None:
                 "the caller's tensor, which a converted model (a pure function) cannot",
                 location=site.location, fix=f"update a copy (`{n} = {n}.clone()` before the `if`) and return it")
         for m in dict.fromkeys((*site.inputs, *site.live_after)):
-            how = _shares(local.get(m), t) if m != n and not m.startswith("_dycl_") else None
+            how = _shares(local.get(m), t) if m != n and not m.startswith("_dycl_") and not _remade(site, m, local) \
+                else None
             passed_on = m in site.names or m not in site.live_after  # `own` gives it the copy
             if how is None or (how == "same" and passed_on) \
                     or (how == "element" and passed_on and _holds_itself(local.get(m), t)):

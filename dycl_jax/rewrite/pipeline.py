@@ -6,7 +6,7 @@ from typing import Callable
 
 from dycl_jax.analysis.aliases import Aliases
 from dycl_jax.analysis.scopes import function_locals
-from dycl_jax.rewrite.converters import (bounded_rows, branches, counted_while, decode_loops, dispatch_split, helpers, host_values, jump_else, logical, loop_exits, predicates,
+from dycl_jax.rewrite.converters import (bounded_rows, branches, closure_refresh, counted_while, decode_loops, dispatch_split, helpers, host_values, jump_else, logical, loop_exits, predicates,
                                          returns, side_effects, structured, super_calls, tensor_data,
                                          ternary, undefined_init)
 from dycl_jax.rewrite.templates import Context, user_scopes
@@ -16,6 +16,7 @@ from dycl_jax.rewrite.templates import Context, user_scopes
 # `and`/`or` turn into calls; undefined-variable initialisation needs every generated call.
 PIPELINE: list[tuple[str, Callable[[ast.FunctionDef, Context], None]]] = [
     ("bounded_rows", bounded_rows.convert),  # first: it matches the user's statements as written
+    ("closure_refresh", closure_refresh.convert),  # before any body moves into a generated function
     ("super_calls", super_calls.convert),
     ("side_effects", side_effects.convert),
     ("helpers", helpers.convert),
@@ -36,6 +37,8 @@ PIPELINE: list[tuple[str, Callable[[ast.FunctionDef, Context], None]]] = [
 
 # The dispatch host's rewrite: control flow stays Python; simple statements become regions.
 # (No bounded row selections: host="dispatch" runs a selection with its exact row count.)
+# (No closure refresh: a region takes a closure's cells as inputs when it starts, so a copy defined
+# on the host would still miss a reassignment made inside the region; api._rewrite refuses it.)
 DISPATCH_PIPELINE: list[tuple[str, Callable[[ast.FunctionDef, Context], None]]] = [
     ("super_calls", super_calls.convert),
     ("side_effects", side_effects.convert),

@@ -46,6 +46,10 @@ class Site:
     # (while) loop variables the body never rebinds (only reads or updates in place): two of
     # them that are one tensor at the loop stay one tensor (operators.while_loop merges them)
     unbound: tuple[str, ...] = ()
+    # (view, base): a name read after the construct that an earlier statement made a view of a
+    # tensor it updates in place; the statement after the construct makes it again from the new
+    # base (converters/view_updates.py), so the view refusal does not apply to it
+    rederived: tuple[tuple[str, str], ...] = ()
 
     @property
     def label(self) -> str:

@@ -5,6 +5,7 @@ import ast
 
 from dycl_jax.rewrite.appends import rebound
 from dycl_jax.rewrite.converters.branches import check_body, kept_aliases, liveness, own_prefix, signature
+from dycl_jax.rewrite.converters import view_updates
 from dycl_jax.rewrite.converters.flags import dead_on_exit
 from dycl_jax.rewrite.templates import (Context, assign, function, lambda_, last_assignment_line, locate, name,
                                         op_call, tuple_of)
@@ -43,7 +44,12 @@ def convert_if(node: ast.If, block: list[ast.stmt], scope: ast.FunctionDef, ctx:
     for b in bodies:
         check_body(b, f"the `if` at line {node.lineno}", ctx.src)
     live = liveness(scope)
-    sig = signature(live, bodies, live.after(node), getattr(ctx.src.tree, "_dycl_aliases", None))
+    aliases = getattr(ctx.src.tree, "_dycl_aliases", None)
+    sig = signature(live, bodies, live.after(node), aliases)
+    views = view_updates.find(node, block, set().union(*sig.owned), live.after(node) & live.locals)
+    if views:  # the construct gives back each view's base and leaves the views to their re-derivation
+        sig = signature(live, bodies, (live.after(node) | {r.base for r in views}) - {r.view for r in views},
+                        aliases)
     guard = getattr(node, "_dycl_guard", False)
     kind = "guard" if guard else ("elif" if len(tests) > 1 else "if")
     if len(tests) == 1:
@@ -60,7 +66,8 @@ def convert_if(node: ast.If, block: list[ast.stmt], scope: ast.FunctionDef, ctx:
     changed = rebound([*tests, *(s for b in bodies for s in b)])
     in_place = tuple(n for n in sig.outputs if n in sig.inputs and n not in changed)
     site = ctx.add_site(kind, node.lineno, tuple(sig.outputs), paths, lines, dead, tuple(sorted(owned)), live_after,
-                        kept, pad, flags, tuple(sig.inputs), in_place)
+                        kept, pad, flags, tuple(sig.inputs), in_place,
+                        rederived=tuple((r.view, r.base) for r in views))
     stem = ctx.fresh("if" if kind != "elif" else "case")
     fns = []
     for k, (body, owned) in enumerate(zip(bodies, sig.owned)):
@@ -77,4 +84,4 @@ def convert_if(node: ast.If, block: list[ast.stmt], scope: ast.FunctionDef, ctx:
     stmt = locate(ast.copy_location(assign(sig.outputs, call), node), node)
     stmt._dycl_in_place = frozenset(in_place)  # type: ignore[attr-defined]  (not a rebinding: appends.rebound)
     i = next(k for k, s in enumerate(block) if s is node)
-    block[i:i + 1] = [*fns, stmt]
+    block[i:i + 1] = view_updates.wrap([*fns, stmt], views, ctx.fresh, node)

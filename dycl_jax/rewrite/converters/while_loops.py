@@ -4,6 +4,7 @@ from __future__ import annotations
 import ast
 
 from dycl_jax.analysis.scopes import access, block_access
+from dycl_jax.rewrite.converters import view_updates
 from dycl_jax.rewrite.converters.branches import check_body, kept_aliases, liveness, nested_owned, own_prefix
 from dycl_jax.rewrite.templates import Context, assign, function, last_assignment_line, locate, op_call, tuple_of
 
@@ -18,7 +19,10 @@ def convert_while(node: ast.While, block: list[ast.stmt], scope: ast.FunctionDef
     carried = sorted(body_acc.writes & at_header & live.locals)
     reads = (body_acc.reads | body_acc.mutates | access(node.test).reads) & live.locals
     updated = (body_acc.mutates | nested_owned(node.body)) & set(carried)
-    carried = sorted({*carried, *_kept_with(updated, body_acc.binds, at_header & live.locals, reads | live.after(node),
+    views = view_updates.find(node, block, updated, live.after(node) & live.locals)
+    remade = {r.view for r in views}  # made again after the loop from its new base: not loop variables
+    carried = sorted({*carried, *_kept_with(updated, body_acc.binds, at_header & live.locals,
+                                            (reads | live.after(node)) - remade,
                                             getattr(ctx.src.tree, "_dycl_aliases", None))})
     invariants = sorted((reads & at_header) - set(carried))
     params = carried + invariants
@@ -28,7 +32,8 @@ def convert_while(node: ast.While, block: list[ast.stmt], scope: ast.FunctionDef
     live_after = tuple(sorted(n for n in live.after(node) & live.locals if not n.startswith("_dycl_"))) if owned else ()
     site = ctx.add_site("while", node.lineno, tuple(carried), ("value before the loop", "value after an iteration"),
                         lines, owned=tuple(sorted(owned)), live_after=live_after, kept_aliases=kept,
-                        inputs=tuple(params), unbound=tuple(n for n in carried if n not in body_acc.binds))
+                        inputs=tuple(params), unbound=tuple(n for n in carried if n not in body_acc.binds),
+                        rederived=tuple((r.view, r.base) for r in views))
     stem = ctx.fresh("while")
     test_fn = function(f"{stem}_test", params, [locate(ast.Return(value=node.test), node)], None)
     body_fn = function(f"{stem}_body", params, own_prefix(owned, params, node) + node.body, carried)
@@ -41,7 +46,7 @@ def convert_while(node: ast.While, block: list[ast.stmt], scope: ast.FunctionDef
                    ast.Name(id=body_fn.name, ctx=ast.Load()), carry, inv, site=site)
     stmt = locate(ast.copy_location(assign(carried, call), node), node)
     i = next(k for k, s in enumerate(block) if s is node)
-    block[i:i + 1] = [test_fn, body_fn, stmt, *node.orelse]
+    block[i:i + 1] = view_updates.wrap([test_fn, body_fn, stmt], views, ctx.fresh, node) + node.orelse
 
 
 def _kept_with(updated: set[str], binds: set[str], defined: set[str], needed: set[str], aliases) -> set[str]:
