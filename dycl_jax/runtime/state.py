@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import jax.numpy as jnp
+import jax
 import numpy as np
 import torch
 from flax import nnx
@@ -52,7 +52,9 @@ def build_module(entries: list[StateEntry]) -> tuple[TorchModule, list[nnx.Varia
             continue
         var = by_tensor.get(id(entry.tensor))
         if var is None:
-            var = _KINDS[entry.kind](jnp.asarray(tensor_to_numpy(entry.tensor, f"{entry.kind} {entry.path}")))
+            # device_put, not jnp.asarray: the latter compiles a tiny XLA program per distinct shape
+            # (~15 ms each); the array is a fresh copy either way (tensor_to_numpy's astype copies)
+            var = _KINDS[entry.kind](jax.device_put(tensor_to_numpy(entry.tensor, f"{entry.kind} {entry.path}")))
             by_tensor[id(entry.tensor)] = var
         setattr(node, leaf, var)
         variables.append(var)
@@ -74,7 +76,9 @@ def stack_groups(root: TorchModule, variables: list[nnx.Variable], paths: list[s
     for g in groups:
         members = [variables[i] for i in g]
         names = [paths[i] for i in g]
-        var = type(members[0])(jnp.stack([m.get_raw_value() for m in members]), stacked_paths=tuple(names))
+        # stacked in numpy and put once: jnp.stack would compile a program per group
+        value = jax.device_put(np.stack([np.asarray(m.get_raw_value()) for m in members]))
+        var = type(members[0])(value, stacked_paths=tuple(names))
         for name in names:
             *parents, leaf = name.split(".")
             delattr(_node(root, parents), leaf)
