@@ -85,3 +85,80 @@ def test_staged_refuses_an_append_on_one_side_only_at_the_users_line() -> None:
     with pytest.raises(dycl_jax.DyclError, match="outs") as err:
         dycl_jax.to_jax(model, (torch.ones(2, 4),), host="staged")
     assert err.value.location.file == __file__
+
+
+# ---------------------------------------------------------------- through module containers
+# The blocks of a ModuleList append to the list the caller passes them, called inside a tensor
+# branch of the module that holds the list: `for blk in self.blocks:` or `self.blocks[i](h)`. The
+# effects analysis follows every element's forward (analysis/effects.py), so the branch owns the
+# list and gives the appends back (they were lost on every host, silently).
+
+class Block(torch.nn.Module):
+    def __init__(self, k: float) -> None:
+        super().__init__()
+        self.k = k
+
+    def forward(self, x, outs):
+        outs.append(x * self.k)
+        return x + self.k
+
+
+class BlocksByLoop(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.blocks = torch.nn.ModuleList([Block(1.0), Block(-2.0)])
+
+    def forward(self, x, outs):
+        for blk in self.blocks:
+            if x.sum() > 0:
+                x = blk(x, outs)
+        return x
+
+
+class BlocksByIndex(BlocksByLoop):
+    def forward(self, x, outs):
+        for i in range(len(self.blocks)):
+            if x.sum() > 0:
+                x = self.blocks[i](x, outs)
+            else:
+                x = x + 3.0
+        return x
+
+
+class BlocksOnBothSides(BlocksByLoop):
+    def forward(self, x, outs):
+        for i in range(len(self.blocks)):
+            if x.sum() > 0:
+                x = self.blocks[i](x, outs)
+            else:
+                x = self.blocks[1 - i](x * 0.5, outs)
+        return x
+
+
+class Holder(torch.nn.Module):
+    def __init__(self, stack: torch.nn.Module) -> None:
+        super().__init__()
+        self.stack = stack
+
+    def forward(self, x):
+        outs = []
+        h = self.stack(x, outs)
+        return outs, len(outs), h
+
+
+@pytest.mark.parametrize("host,stack", [("auto", BlocksByLoop), ("dispatch", BlocksByLoop),
+                                        ("auto", BlocksByIndex), ("dispatch", BlocksByIndex),
+                                        ("staged", BlocksOnBothSides)])
+def test_appends_of_module_list_blocks_in_a_tensor_branch_reach_the_callers_list(host: str, stack) -> None:
+    model = Holder(stack()).eval()
+    jm = dycl_jax.to_jax(model, (torch.ones(2, 4),), host=host)
+    for x in _inputs():
+        _same(model(x), jm(x))
+    assert {bool(x.sum() > 0) for x in _inputs()} == {True, False}  # both sides of the first `if`
+    assert jm.host == ("staged" if host == "staged" else "dispatch")
+
+
+def test_staged_refuses_a_module_list_block_appending_on_one_side_only() -> None:
+    with pytest.raises(dycl_jax.DyclError, match="outs") as err:
+        dycl_jax.to_jax(Holder(BlocksByIndex()).eval(), (torch.ones(2, 4),), host="staged")
+    assert err.value.location.file == __file__

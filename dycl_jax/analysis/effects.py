@@ -76,12 +76,21 @@ def _returned(stmts: list[ast.stmt]) -> set[str]:
 CallEffects = tuple[tuple[str, tuple[Effects, ...]], ...]  # (name, what each function it may call does)
 
 
+def element_key(container: str) -> str:
+    """The `CallEffects` name of any element of the module container `self.<container>`."""
+    return f"{container}[]"
+
+
 def mark(tree: ast.FunctionDef, methods: CallEffects, functions: CallEffects, self_name: str | None) -> None:
     """Record on each call of a user method (`self.bumped(v)`) or user function (`bump(v)`) whose
     effects are known which of the caller's names it may update in place (`_dycl_updates`, read
-    by `scopes.access`) and which it may return (`_dycl_returns`, read by `aliases`)."""
+    by `scopes.access`) and which it may return (`_dycl_returns`, read by `aliases`). A call of an
+    element of a module container (`self.blocks[i](h)`, or `blk(h)` where the function binds `blk`
+    to its elements: `for blk in self.blocks`, `enumerate`/`zip` of it, `blk = self.blocks[i]`)
+    may run any element's forward: their effects, joined."""
     local = function_locals(tree)
     by_method, by_function = dict(methods), dict(functions)
+    elements = _element_names(tree, self_name) if self_name is not None else {}
     for node in ast.walk(tree):
         if not isinstance(node, ast.Call):
             continue
@@ -89,6 +98,10 @@ def mark(tree: ast.FunctionDef, methods: CallEffects, functions: CallEffects, se
         found: tuple[Effects, ...] = ()
         if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == self_name:
             found = by_method.get(func.attr, ())
+        elif _container(func, self_name) is not None:
+            found = by_method.get(element_key(_container(func, self_name)), ())
+        elif isinstance(func, ast.Name) and func.id in elements:
+            found = tuple(e for c in sorted(elements[func.id]) for e in by_method.get(element_key(c), ()))
         elif isinstance(func, ast.Name) and func.id not in local:
             found = by_function.get(func.id, ())
         if any(found):
@@ -110,3 +123,40 @@ def _arguments(call: ast.Call, effects: Effects, params: frozenset[str]) -> set[
         exprs = [a for a, p in zip(call.args, effects.params) if p in params]
         exprs += [k.value for k in call.keywords if k.arg in params]
     return set().union(*(sources(e) for e in exprs)) if exprs else set()
+
+
+def _container(expr: ast.AST, self_name: str | None) -> str | None:
+    """`c` where `expr` is `self.c[...]` (an element of a container attribute)."""
+    if isinstance(expr, ast.Subscript) and isinstance(expr.value, ast.Attribute) \
+            and isinstance(expr.value.value, ast.Name) and expr.value.value.id == self_name:
+        return expr.value.attr
+    return None
+
+
+def _element_names(tree: ast.FunctionDef, self_name: str) -> dict[str, set[str]]:
+    """Local names the function binds to elements of `self.<container>`: loop targets over it
+    (directly, or in `enumerate` / `zip` / `reversed`), and `blk = self.blocks[i]`."""
+    found: dict[str, set[str]] = {}
+
+    def iterated(target: ast.AST, it: ast.AST) -> None:
+        if isinstance(it, ast.Attribute) and isinstance(it.value, ast.Name) and it.value.id == self_name:
+            for t in ast.walk(target):  # (unpacked: each name may be an element)
+                if isinstance(t, ast.Name):
+                    found.setdefault(t.id, set()).add(it.attr)
+        elif isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id in ("enumerate", "reversed") \
+                and it.args:
+            iterated(target.elts[1] if it.func.id == "enumerate" and isinstance(target, ast.Tuple)
+                     and len(target.elts) == 2 else target, it.args[0])
+        elif isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "zip":
+            parts = target.elts if isinstance(target, ast.Tuple) and len(target.elts) == len(it.args) else None
+            for k, a in enumerate(it.args):
+                iterated(parts[k] if parts is not None else target, a)
+
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.For, ast.comprehension)):
+            iterated(node.target, node.iter)
+        elif isinstance(node, ast.Assign) and _container(node.value, self_name) is not None:
+            for t in node.targets:
+                if isinstance(t, ast.Name):
+                    found.setdefault(t.id, set()).add(_container(node.value, self_name))
+    return found

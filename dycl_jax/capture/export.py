@@ -20,7 +20,7 @@ from dycl_jax.capture import bounded_rows
 from dycl_jax.capture.checked_linalg import UNCHECKED
 from dycl_jax.capture.shims import capture_shims
 from dycl_jax.capture.train_mode import training
-from dycl_jax.errors import CaptureError, DyclError, InputMutationError, Location, raised_by_us
+from dycl_jax.errors import CaptureError, DyclError, InputMutationError, Location, limitation, raised_by_us
 from dycl_jax.rewrite.minmax import python_builtins
 from dycl_jax.rewrite.modes import caller_tensors
 
@@ -234,7 +234,7 @@ def capture(
     done, cpu_done = time.perf_counter(), time.process_time()
     return CapturedProgram(
         ep=ep,
-        state=_state_entries(ep, train),
+        state=_state_entries(ep, train, _user_names(ep, _leaf_names(model, method, example_args), wrapper._tensor_index)),
         inputs=_input_specs(ep, _leaf_names(model, method, example_args), wrapper._tensor_index),
         in_spec=spec,
         arg_leaves=leaves,
@@ -291,7 +291,13 @@ def _strip(path: str) -> str:
     return path[len(_PREFIX):] if path.startswith(_PREFIX) else path
 
 
-def _state_entries(ep: ExportedProgram, train: bool = False) -> list[StateEntry]:
+def _user_names(ep: ExportedProgram, leaf_names: list[str], tensor_index: list[int]) -> dict[str, str]:
+    """The user's name of each tensor input (its parameter and path) by the exported placeholder's name."""
+    user = [s.arg.name for s in ep.graph_signature.input_specs if s.kind == InputKind.USER_INPUT]
+    return {name: leaf_names[leaf] for name, leaf in zip(user, tensor_index)}
+
+
+def _state_entries(ep: ExportedProgram, train: bool = False, names: dict[str, str] | None = None) -> list[StateEntry]:
     entries = []
     for spec in ep.graph_signature.input_specs:
         if spec.kind == InputKind.USER_INPUT:
@@ -309,10 +315,13 @@ def _state_entries(ep: ExportedProgram, train: bool = False) -> list[StateEntry]
     for spec in ep.graph_signature.output_specs:
         if spec.kind == OutputKind.USER_INPUT_MUTATION:
             # the caller's tensor would change in torch; no converted model (staged or dispatch) can do that
+            arg = (names or {}).get(spec.target, spec.target)
             raise InputMutationError(
-                f"the method updates its input {spec.target} in place; converted models are pure functions "
+                f"the method updates its input `{arg}` in place; converted models are pure functions "
                 "and cannot change the caller's tensors",
-                fix=f"update a copy (e.g. `{spec.target} = {spec.target}.clone()` first) and return it",
+                fix=limitation(f"the converted model would have to change the caller's `{arg}` as torch "
+                               "does; no converted model returns or writes back an updated input yet",
+                               "dycl_jax/capture/export.py, USER_INPUT_MUTATION"),
             )
         if train and spec.kind == OutputKind.BUFFER_MUTATION:
             continue  # train mode: BatchNorm statistics, returned as a state update

@@ -171,9 +171,16 @@ class _Effects:
         methods: dict[str, set[effects.Effects]] = {}
         for owner in owners:
             for n in names:
-                found = self._of(self._member(owner, n), owner, depth)
+                member = self._member(owner, n)
+                found = self._of(member, owner, depth)
                 if found:
                     methods.setdefault(n, set()).add(found)
+                if isinstance(member, (torch.nn.ModuleList, torch.nn.ModuleDict, torch.nn.Sequential)):
+                    # `self.blocks[i](h)`, `for blk in self.blocks: blk(h)`: any element's forward may run
+                    for element in member.children():
+                        found = self._of(element, member, depth)
+                        if found:
+                            methods.setdefault(effects.element_key(n), set()).add(found)
         functions: dict[str, set[effects.Effects]] = {}
         cells = dict(zip(fn.__code__.co_freevars, fn.__closure__ or ()))
         for n in sorted(set(names) | set(cells)):

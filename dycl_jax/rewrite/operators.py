@@ -171,7 +171,10 @@ def _check_aliases(site: Site, frame: Any) -> None:
             raise InputMutationError(
                 f"{site.construct}: a path updates `{n}`, an input of the method, in place; torch would change "
                 "the caller's tensor, which a converted model (a pure function) cannot",
-                location=site.location, fix=f"update a copy (`{n} = {n}.clone()` before the `if`) and return it")
+                location=site.location,
+                fix=limitation(f"the converted model would have to change the caller's tensor `{n}` as torch does; "
+                               "no converted model returns or writes back an updated input yet",
+                               "dycl_jax/rewrite/operators.py, _check_aliases"))
         for m in dict.fromkeys((*site.inputs, *site.live_after)):
             how = _shares(local.get(m), t) if m != n and not m.startswith("_dycl_") and not _remade(site, m, local) \
                 else None
