@@ -151,3 +151,52 @@ def test_closure_defined_inside_the_branch_converts_and_matches():
     jm = dycl_jax.to_jax(model, (torch.ones(1, 3),))
     for x in (torch.ones(1, 3), -torch.ones(1, 3) * 0.5, torch.randn(1, 3)):
         np.testing.assert_allclose(np.asarray(jm(x)), model(x).numpy(), rtol=1e-5, atol=1e-6)
+
+
+class RebindThenCall(torch.nn.Module):
+    """`nonzero` needs the dispatch host; `s` is reassigned in straight-line code before `f` runs."""
+
+    def forward(self, x):
+        s = x * 2
+
+        def f(t):
+            return t + s
+
+        k = torch.nonzero(x[0] > 0).shape[0]
+        s = s + k
+        return f(x)
+
+
+class CallThenRebind(torch.nn.Module):
+    """The same closure used before the reassignment only: it reads the value torch reads."""
+
+    def forward(self, x):
+        s = x * 2
+
+        def f(t):
+            return t + s
+
+        k = torch.nonzero(x[0] > 0).shape[0]
+        y = f(x)
+        s = s + k
+        return y, s
+
+
+XN = (torch.tensor([[0.5, -1.0, 2.0], [1.0, 0.25, -0.5]]), torch.tensor([[-0.5, -1.0, -2.0], [1.0, 0.25, -0.5]]))
+
+
+def test_a_closure_used_after_a_straight_line_rebind_is_refused_on_the_dispatch_host():
+    # the dispatch host opens a closure into its values when a region starts: it answered with the old `s`
+    for host in ("auto", "dispatch"):
+        with pytest.raises(dycl_jax.DyclError, match=r"(?s)nested function `f` reads `s`, which line \d+ reassigns"
+                                                     r".*test_closure_hazards.py:\d+.*please report it"):
+            dycl_jax.to_jax(RebindThenCall().eval(), (XN[0],), host=host)
+
+
+def test_a_closure_used_before_the_rebind_converts_on_the_dispatch_host():
+    model = CallThenRebind().eval()
+    jm = dycl_jax.to_jax(model, (XN[0],))
+    assert jm.host == "dispatch"
+    for x in XN:
+        for w, g in zip(model(x.clone()), jm(x.clone())):
+            np.testing.assert_allclose(np.asarray(g), w.numpy(), rtol=1e-6)

@@ -85,6 +85,29 @@ def closure_hazards(scope: ast.FunctionDef) -> list[ClosureHazard]:
     return hazards
 
 
+def stale_after_rebind(scope: ast.FunctionDef) -> list[ClosureHazard]:
+    """Nested functions used after a later statement of the scope reassigns a variable they close
+    over (`s = s + k; y = f(x)`). The dispatch host opens a closure into its values when a
+    compiled region starts, so such a use would read the old value; `construct_line` is the
+    reassignment's line. Reported conservatively (any use after it, or any use at all when the
+    reassignment is in a loop)."""
+    nested = _nested_functions(scope)
+    hazards = []
+    for name, (node, free) in sorted(nested.items()):
+        body = set(ast.walk(node))
+        stores = [n for n in _walk_scope(scope) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)
+                  and n.id in free and n not in body and n.lineno > node.lineno]
+        uses = [n.lineno for n in _walk_scope(scope) if isinstance(n, ast.Name) and n.id == name
+                and isinstance(n.ctx, ast.Load)]
+        looped = {id(n) for loop in _walk_scope(scope) if isinstance(loop, (ast.While, ast.For, ast.AsyncFor))
+                  for n in ast.walk(loop)}
+        for store in stores:  # in a loop, a use before the store reads it on the next iteration
+            if any(line >= store.lineno or id(store) in looped for line in uses):
+                hazards.append(ClosureHazard(name, store.id, node.lineno, store.lineno, node, None, False))
+                break
+    return hazards
+
+
 def refreshable(scope: ast.FunctionDef, definition: ast.AST, name: str) -> bool:
     """Running `definition` again elsewhere in the scope makes the same function, closing over the
     same variables: it is the scope's only binding of `name`, has no decorators, defaults or

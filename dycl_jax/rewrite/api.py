@@ -15,7 +15,7 @@ from typing import Any, Iterator, Sequence
 import torch
 
 from dycl_jax.analysis import effects
-from dycl_jax.analysis.closures import closure_hazards
+from dycl_jax.analysis.closures import closure_hazards, stale_after_rebind
 from dycl_jax.errors import DyclError, limitation
 from dycl_jax.analysis.dynamism import constructs, needs_rewrite
 from dycl_jax.analysis.scopes import function_locals
@@ -113,6 +113,16 @@ def _rewrite(fn: types.FunctionType, helper_cells: dict[str, types.CellType], up
             fix=limitation(f"`{hazard.function}` would read `{hazard.variable}` from the function's scope while the "
                            "converted construct holds its new value; every host rewrites the construct so",
                            "dycl_jax/analysis/closures.py, read by rewrite/api.py"),
+        )
+    for hazard in stale_after_rebind(src.tree) if dispatch else ():
+        raise DyclError(
+            f"nested function `{hazard.function}` reads `{hazard.variable}`, which line {hazard.construct_line} "
+            f"reassigns before `{hazard.function}` is used again; on the dispatch host a compiled region takes "
+            f"`{hazard.function}`'s values when it starts, so it could see the old `{hazard.variable}`",
+            location=src.location(hazard.line),
+            fix=limitation(f"`{hazard.function}` would read a stale `{hazard.variable}` on the dispatch host",
+                           "dycl_jax/analysis/closures.py, read by rewrite/api.py",
+                           alternative='host="staged" converts it where the program has no data-dependent shapes'),
         )
     original = copy.deepcopy(src.tree)
     first = src.tree.args.posonlyargs + src.tree.args.args
