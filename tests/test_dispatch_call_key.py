@@ -61,3 +61,26 @@ def test_key_tells_aliasing_and_shapes_apart() -> None:
 def _general_with_grad(vals: tuple) -> tuple:
     with torch.enable_grad():
         return _general(vals, None)[1]
+
+
+class _Grid(np.ndarray):
+    """A numpy subclass: keyed by shape and dtype like a plain array."""
+
+
+def test_leaf_key_decided_once_per_type_keys_each_value_as_before() -> None:
+    """leaf_key remembers per exact type how it keys it; a second value of a seen type must still
+    be keyed by its own shape, value or identity (never the first value's)."""
+    other = torch.nn.Linear(2, 2)
+    grid = np.ones((2, 2), np.float32).view(_Grid)
+    for first, second, want in [
+        (lin, other, ("id", id(other))),  # modules: by identity
+        (grid, np.zeros((3,), np.int32).view(_Grid), ((3,), np.dtype(np.int32))),
+        (x, jnp.ones((4,)), ((4,), jnp.ones((4,)).dtype)),
+        (3, 4, (int, 4)),
+        (True, False, (bool, False)),
+        (np.float32(1.0), np.float32(2.5), (np.float32, 2.5)),
+        ((1, 2), (1, 3), (tuple, ((int, 1), (int, 3)))),
+        (1.5, float("nan"), (float, float("nan").hex())),
+    ]:
+        values.leaf_key(first)
+        assert values.leaf_key(second) == want

@@ -20,12 +20,13 @@ from test_list_identity import NumpyWhile
 
 # (example, inputs, paths the inputs take at least): an `.item()` early exit with a numpy fallback,
 # top-1 MoE with `nonzero` and `continue`, and every other example the dispatch host runs by default
-# but captioning_teacher (its `.tolist()` host statement has no numpy form: a located refusal, below)
+# (captioning_teacher: its `.tolist()` host statement in numpy, the lengths it gives baked into the
+# graphs after it, one version per lengths list; two inputs, as each runs ~10 region signatures)
 CASES = [("numpy_fallback", 12, 3), ("moe", 8, 3), ("shape_branch", 8, 2), ("skip_logging", 8, 3),
-         ("greedy_nmt", 8, 3), ("captioning", 8, 3)]
+         ("greedy_nmt", 8, 3), ("captioning", 8, 3), ("captioning_teacher", 2, 2)]
 MIN_PATHS = {name: k for name, _, k in CASES}
 # a signature its host served by a program over symbolic ints is captured again with them constant
-CAPTURED_AGAIN = {"captioning"}
+CAPTURED_AGAIN = {"captioning", "captioning_teacher"}
 
 
 @pytest.fixture(scope="module")
@@ -132,14 +133,25 @@ def test_emitted_dispatch_part_keeps_one_list_under_two_names(tmp_path) -> None:
         assert got[0] is got[1] and want[0] is want[1], k  # one list, as torch's
 
 
-def test_emit_refuses_a_tolist_host_statement_located() -> None:
-    # `decode_lengths = (caption_lengths - 1).tolist()`: traced on placeholder values, its list
-    # would be a constant (a TypeError of ours while writing it before, once its ops had numpy forms)
-    model, jm = converted.default("captioning_teacher")
+class ListMax(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 4)
+
+    def forward(self, x, lengths):
+        n = max((lengths - 1).tolist())  # Python on the list in the same statement: no numpy function returns it
+        return self.fc(x)[:, :n], n
+
+
+def test_emit_refuses_python_on_a_tolist_inside_its_statement_located() -> None:
+    # (`.tolist()` as a statement's value has a numpy form: captioning_teacher above)
+    torch.manual_seed(0)
+    jm = dycl_jax.to_jax(ListMax().eval(), (torch.randn(2, 4), torch.tensor([3, 2])), host="dispatch")
     assert jm.host == "dispatch"
-    with pytest.raises(dycl_jax.DyclError, match="no numpy form") as err:
+    jm(torch.randn(2, 4), torch.tensor([4, 1]))
+    with pytest.raises(dycl_jax.DyclError, match="Python values of a `.tolist[(][)]`") as err:
         jm.to_source()
-    assert err.value.location.file.endswith("captioning_teacher.py") and err.value.location.line > 0
+    assert err.value.location.file.endswith("test_emit_dispatch.py") and err.value.location.line > 0
 
 
 class Appender(torch.nn.Module):

@@ -230,7 +230,7 @@ class HostedEmitter:
             held = {self.modules[id(v)]: leaf_text[i] for i, v in enumerate(vals)
                     if isinstance(v, torch.nn.Module) and self.modules[id(v)] != path}
             given = torch_args[0]
-            kinds = {n: "array" if isinstance(v, (torch.Tensor, list, tuple, dict)) else
+            kinds = {n: "python" if _numbers(v) else "array" if isinstance(v, (torch.Tensor, list, tuple, dict)) else
                      "module" if isinstance(v, torch.nn.Module) else "python" for n, v in zip(part.ins, given)}
             lists = {n for n, v in zip(part.ins, given) if type(v) is list}
             self.out.graphs.append(_Graph(rid, k, cap, leaf_text, held, kinds, lists, vals, tuple(given)))
@@ -337,9 +337,10 @@ class HostedEmitter:
                     sizes = tuple(tuple(v.shape) for t, v in zip(g.leaf_text, g.vals)
                                   if isinstance(v, torch.Tensor) and t.split("[")[0] in arrays)
                     given = dict(zip(part.ins, g.given))
-                    if any(type(given[n]) not in (int, float, bool, str, type(None)) for n in plain):
+                    if any(type(given[n]) not in (int, float, bool, str, type(None)) and not _numbers(given[n])
+                           for n in plain):
                         raise _refuse(spec, part, "takes a Python value that is not a number or string")
-                    key = (sizes, tuple(given[n] for n in plain))
+                    key = (sizes, tuple(tuple(given[n]) if _numbers(given[n]) else given[n] for n in plain))
                     if table.get(key, (f"{name}_{i}",))[0] != f"{name}_{i}":  # e.g. two module classes
                         raise _refuse(spec, part, "is written differently for inputs of the same sizes and values")
                     table[key] = (f"{name}_{i}", g.rid, g.k)
@@ -348,7 +349,7 @@ class HostedEmitter:
                 f"# {spec.label}: one version per input sizes and Python values it ran with",
                 f"def {name}(self{''.join(', ' + n for n in ins)}):",
                 f"    key = tuple(a.shape for a in jax.tree.leaves(({''.join(n + ', ' for n in arrays)}))), "
-                f"({''.join(n + ', ' for n in plain)})",
+                f"({''.join((f'tuple({n})' if _numbers(g0.given[part.ins.index(n)]) else n) + ', ' for n in plain)})",
                 f"    versions = {versions!r}",
                 "    version = versions.get(key)",
                 "    if version is None:",
@@ -439,6 +440,13 @@ def _kept_identities(spec: Any, part: Part, given: dict[str, Any]) -> tuple[list
             after += [] if type(given[src]) is list else [f"{src}.clear()", f"{src}.update(_{src}_new)"]
         after.append(f"{part.outs[o]} = {src}")
     return targets, after
+
+
+def _numbers(v: Any) -> bool:
+    """A non-empty list or tuple of Python ints (`decode_lengths = lengths.tolist()`): the graph bakes
+    them in, like an int, so the method has a version per value (the list as a tuple in its key). (An
+    empty list, or one of floats (`.item()` scores), may hold arrays at another call.)"""
+    return type(v) in (list, tuple) and len(v) > 0 and all(type(x) is int for x in v)
 
 
 def _call_marker(rid: int, k: int) -> str:

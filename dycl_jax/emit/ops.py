@@ -116,18 +116,23 @@ rule(aten.permute.default)(lambda a, dims: f"{lit(a)}.transpose({lit(dims)})")
 rule(aten.unsqueeze.default)(lambda a, d: f"jnp.expand_dims({lit(a)}, {d})")
 rule(aten.cat.default, dtype="promote")(lambda xs, dim=0: f"jnp.concatenate([{', '.join(lit(x) for x in xs)}], axis={dim})")
 rule(aten.index_select.default)(lambda a, dim, idx: f"jnp.take({lit(a)}, {lit(idx)}, axis={dim})")
-rule(aten.expand.default, node=True, named=lambda node: any(isinstance(s, Expr) for s in _expanded(node.args[1], node)))(
-    # -1 keeps the input's size: torch's sizes from the graph, the input's own where it is symbolic (the batch)
+# -1 keeps the input's size: torch's sizes from the graph, the input's own where it is symbolic (the batch)
+rule(aten.expand.default, node=True, named=lambda n: any(isinstance(s, Expr) for s in _expanded(n.args[1], n)))(
     lambda a, shape, node, **_: f"jnp.broadcast_to({lit(a)}, {lit(_expanded(shape, node, a))})")
 
 
-@rule(aten.select.int)
-def _select(a: Any, dim: int, index: Any) -> str:
-    return f"{lit(a)}[{':, ' * dim if dim >= 0 else '..., '}{lit(index)}]"
+def _dim(dim: int, node: Any) -> int:
+    return dim % node.args[0].meta["val"].dim() if dim < 0 else dim  # `[:, :, i]` needs it counted from the front
 
 
-@rule(aten.slice.Tensor)
-def _slice(a: Any, dim: int = 0, start: Any = None, end: Any = None, step: int = 1) -> str:
+@rule(aten.select.int, node=True)
+def _select(a: Any, dim: int, index: Any, node: Any) -> str:
+    return f"{lit(a)}[{':, ' * _dim(dim, node)}{lit(index)}]"
+
+
+@rule(aten.slice.Tensor, node=True)
+def _slice(a: Any, dim: int = 0, start: Any = None, end: Any = None, step: int = 1, node: Any = None) -> str:
+    dim = _dim(dim, node)
     start = "" if start in (None, 0) else lit(start)
     end = "" if end is None or (isinstance(end, int) and end >= _INT_MAX) else lit(end)
     step_text = "" if step == 1 else f":{step}"
@@ -423,3 +428,22 @@ HELPERS = {
         x = jnp.stack([b.mean(axis=axis) for b in bins], axis=axis)
     return x''',
 }
+
+
+@rule(aten.sort.default, named=True)
+def _sort(a: Any, dim: int = -1, descending: bool = False) -> tuple[str, str]:
+    # a stable sort, as the converted model's (ties keep their order; NaN sorts as the largest)
+    flags = f"axis={dim}" + (", descending=True" if descending else "")
+    return f"jnp.sort({lit(a)}, {flags})", f"jnp.argsort({lit(a)}, {flags}, stable=True)"
+
+
+@rule(aten.slice_scatter.default, node=True)
+def _slice_scatter(a: Any, src: Any, dim: int = 0, start: Any = None, end: Any = None, step: int = 1,
+                   node: Any = None) -> str:
+    window = _slice(Expr(""), dim, start, end, step, node=node)  # `[:, 0:n]`: the slice's own text
+    return f"{lit(a)}.at{window}.set({lit(src)})"
+
+
+@rule(aten.select_scatter.default, node=True)
+def _select_scatter(a: Any, src: Any, dim: int, index: Any, node: Any) -> str:
+    return f"{lit(a)}.at{_select(Expr(''), dim, index, node)}.set({lit(src)})"

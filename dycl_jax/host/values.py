@@ -54,19 +54,24 @@ def placeholder(key: Any, modules: dict[int, torch.nn.Module]) -> Any:
 
 def leaf_key(v: Any) -> Any:
     """What a compiled region specialises on: shape and dtype of arrays, value of Python values."""
-    t = type(v)  # exact types first: isinstance against jax.Array's ABC costs about 1 µs
-    if t is _ARRAY or t is np.ndarray:
+    t = type(v)
+    if t is _ARRAY or t is np.ndarray:  # exact types first: the usual leaf
         return (v.shape, v.dtype)
-    if t in _PLAIN:
+    # how another type is keyed is decided once per exact type (the isinstance checks against
+    # jax.Array's ABC and torch.nn.Module cost about 1 µs per leaf on every call otherwise)
+    kind = _KINDS.get(t)
+    if kind is None:
+        kind = _KINDS[t] = _kind(t)
+    if kind is _ARRAY_KEY:
+        return (v.shape, v.dtype)
+    if kind is _VALUE_KEY:
         return (t, v)
+    if kind is _MODULE_KEY:
+        return ("id", id(v))
     if t is float:
         return (t, v.hex())  # NaN equals itself here
     if t is Undefined:
         return (t, v.name)
-    if isinstance(v, ARRAYS):
-        return (v.shape, v.dtype)
-    if isinstance(v, torch.nn.Module):
-        return ("id", id(v))
     if isinstance(v, np.generic):
         return (t, v.item())
     if isinstance(v, types.FunctionType):
@@ -86,6 +91,26 @@ def leaf_key(v: Any) -> Any:
     if t.__hash__ is object.__hash__:
         return ("id", id(v))
     return (t, v)
+
+
+# leaf_key's per-type decision: keyed by shape and dtype, by value (the immutable Python types
+# it keys exactly by type), by identity (modules), or by the value-dependent rules after them
+_ARRAY_KEY, _VALUE_KEY, _MODULE_KEY, _OTHER_KEY = "array", "value", "module", "other"
+_KINDS: dict[type, str] = {}
+
+
+def _kind(t: type) -> str:
+    if t is _ARRAY or t is np.ndarray:
+        return _ARRAY_KEY
+    if t in _PLAIN:
+        return _VALUE_KEY
+    if t is float or t is Undefined:
+        return _OTHER_KEY
+    if issubclass(t, ARRAYS):
+        return _ARRAY_KEY
+    if issubclass(t, torch.nn.Module):
+        return _MODULE_KEY
+    return _OTHER_KEY
 
 
 _VIEWS = (type({}.keys()), type({}.values()), type({}.items()))
