@@ -92,15 +92,15 @@ def stale_after_rebind(scope: ast.FunctionDef) -> list[ClosureHazard]:
     reassignment's line. Reported conservatively (any use after it, or any use at all when the
     reassignment is in a loop)."""
     nested = _nested_functions(scope)
+    if not nested:
+        return []
+    names = [n for n in _walk_scope(scope) if isinstance(n, ast.Name)]  # the scope's own, not nested functions'
+    looped = {id(n) for loop in _walk_scope(scope) if isinstance(loop, (ast.While, ast.For, ast.AsyncFor))
+              for n in ast.walk(loop)}
     hazards = []
     for name, (node, free) in sorted(nested.items()):
-        body = set(ast.walk(node))
-        stores = [n for n in _walk_scope(scope) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)
-                  and n.id in free and n not in body and n.lineno > node.lineno]
-        uses = [n.lineno for n in _walk_scope(scope) if isinstance(n, ast.Name) and n.id == name
-                and isinstance(n.ctx, ast.Load)]
-        looped = {id(n) for loop in _walk_scope(scope) if isinstance(loop, (ast.While, ast.For, ast.AsyncFor))
-                  for n in ast.walk(loop)}
+        stores = [n for n in names if isinstance(n.ctx, ast.Store) and n.id in free and n.lineno > node.lineno]
+        uses = [n.lineno for n in names if n.id == name and isinstance(n.ctx, ast.Load)]
         for store in stores:  # in a loop, a use before the store reads it on the next iteration
             if any(line >= store.lineno or id(store) in looped for line in uses):
                 hazards.append(ClosureHazard(name, store.id, node.lineno, store.lineno, node, None, False))

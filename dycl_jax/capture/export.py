@@ -232,10 +232,11 @@ def capture(
             fix="see the chained exception for the line torch.export rejected",
         ) from exc
     done, cpu_done = time.perf_counter(), time.process_time()
+    leaf_names = _leaf_names(model, method, example_args)
     return CapturedProgram(
         ep=ep,
-        state=_state_entries(ep, train, _user_names(ep, _leaf_names(model, method, example_args), wrapper._tensor_index)),
-        inputs=_input_specs(ep, _leaf_names(model, method, example_args), wrapper._tensor_index),
+        state=_state_entries(ep, train, _user_names(ep, leaf_names, wrapper._tensor_index)),
+        inputs=_input_specs(ep, leaf_names, wrapper._tensor_index),
         in_spec=spec,
         arg_leaves=leaves,
         tensor_leaf_index=wrapper._tensor_index,
