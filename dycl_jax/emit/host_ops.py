@@ -68,7 +68,6 @@ def _text(node: torch.fx.Node, args: list[str]) -> str | None:
     packet = getattr(t, "overloadpacket", None)
     if packet in _ARITHMETIC and t._overloadname in ("Scalar", "Tensor") and _same_dtype(node):
         return f"np.{_ARITHMETIC[packet]}({args[0]}, {args[1]})"
-    packet = getattr(t, "overloadpacket", None)
     if packet in _COMPARE and t._overloadname in ("Scalar", "Tensor"):
         return f"np.{_COMPARE[packet]}({args[0]}, {args[1]})"
     if t in _LOGICAL:
