@@ -18,6 +18,7 @@ from torch.export.graph_signature import InputKind, OutputKind
 
 from dycl_jax.capture import bounded_rows
 from dycl_jax.capture.checked_linalg import UNCHECKED
+from dycl_jax.capture.composite_override import fast_override
 from dycl_jax.capture.shims import capture_shims
 from dycl_jax.capture.train_mode import training
 from dycl_jax.errors import CaptureError, DyclError, InputMutationError, Location, limitation, raised_by_us
@@ -144,6 +145,30 @@ def _core_aten_table() -> dict:
     return dict(_core_aten_table_for(frozenset(torch._C._dispatch_get_all_op_names())))
 
 
+@functools.lru_cache(maxsize=1)
+def _core_aten_split_for(operators: frozenset[str]) -> tuple[dict, dict]:
+    # run_decompositions splits its table into CompositeImplicitAutograd ops (overridden while
+    # tracing) and python decompositions on every call, walking every registered operator
+    # (~50 ms a capture); the split depends only on the table and the registered operators
+    from torch.export.exported_program import _split_decomp_table_to_cia_and_python_decomp
+
+    return _split_decomp_table_to_cia_and_python_decomp(dict(_core_aten_table_for(operators)))
+
+
+def run_core_aten_decompositions(ep: ExportedProgram) -> ExportedProgram:
+    """`ep.run_decompositions(_core_aten_table())` with the table's split computed once and
+    torch's composite override installed faster (composite_override.py); the same graph."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+    from torch.export.exported_program import _decompose_exported_program
+
+    cia, python = _core_aten_split_for(frozenset(torch._C._dispatch_get_all_op_names()))
+    with unset_fake_temporarily(), fast_override():  # as run_decompositions (_disable_prexisiting_fake_mode)
+        return _decompose_exported_program(
+            ep, cia_to_decomp=dict(cia), python_decomp_table=dict(python),
+            joint_loss_index=None, decompose_custom_triton_ops=False,
+        )
+
+
 def _detach_no_grad_outputs(ep: ExportedProgram) -> None:
     """`with torch.no_grad():` arrives as a wrap_with_set_grad_enabled(False, ...) region, which
     decomposition inlines; detaching its outputs first keeps torch's gradients (none through it)."""
@@ -167,7 +192,7 @@ def to_core_aten(ep: ExportedProgram) -> ExportedProgram:
     the gradient cut of `no_grad` blocks."""
     _detach_no_grad_outputs(ep)
     tied = _untie_buffers(ep)
-    out = ep.run_decompositions(_core_aten_table())
+    out = run_core_aten_decompositions(ep)
     for program in (ep, out):  # the tie restored: one tensor under both names again
         for name, t in tied.items():
             if name in program.state_dict:
