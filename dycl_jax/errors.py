@@ -146,6 +146,8 @@ _STDLIB = os.path.realpath(sysconfig.get_paths()["stdlib"]) + os.sep
 # torch's own (the shared branch checks): torch failing beneath them judges that program, so
 # their frames count as torch's (file under the package, function name)
 HANDS_TO_TORCH = frozenset({("capture/export.py", "capture"), ("capture/export.py", "to_core_aten"),
+                            ("capture/export.py", "run_core_aten_decompositions"),
+                            ("capture/composite_override.py", "_force_dispatch_to_orig_cia"),
                             ("capture/branch_checks.py", "shared_schema"),
                             ("capture/branch_checks.py", "shared_check"),
                             ("capture/branch_traces.py", "shared_fake")})
