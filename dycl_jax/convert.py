@@ -17,8 +17,8 @@ from torch.nn.modules.batchnorm import _BatchNorm
 
 import dycl_jax.lower.ops  # noqa: F401  (registers every lowering)
 from dycl_jax.capture.export import StateEntry, TensorSpec, _leaf_names, capture
-from dycl_jax.errors import (AliasedUpdateError, DyclError, InputMutationError, StagedAliasError, UnsupportedOpError,
-                             provoked_by_us)
+from dycl_jax.errors import (AliasedUpdateError, DyclError, InputMutationError, PathMismatchError, StagedAliasError,
+                             UnsupportedOpError, exception_chain, provoked_by_us)
 from dycl_jax.emit.writer import EmitInput
 from dycl_jax.host.dispatch import DispatchHost
 from dycl_jax.host.select import HOSTS, dispatch_reason, internal_cause, noted, staged_refusal, user_location
@@ -108,9 +108,11 @@ def to_jax(
                 return _staged(model, args, method, dynamic_batch, step)
             except (UnsupportedOpError, InputMutationError, AliasedUpdateError):
                 raise
-            except DyclError:
+            except DyclError as first:
                 if max_len is None:
-                    raise
+                    if internal_cause(first) is not None or not _path_mismatch(first):
+                        raise
+                    return _padded(model, args, method, dynamic_batch, step, first, time.perf_counter() - start)
             # as written the method does not stage: with its decode loop unrolled it may
             return _staged(model, args, method, dynamic_batch, step, UnrollOption(max_len))
         except DyclError as exc:  # the method does not stage as one program (our own bugs propagate)
@@ -133,6 +135,35 @@ def to_jax(
     return jm
 
 
+# the iterations a decode loop may take in auto's padded program (`_padded`): a loop that its own
+# test ends within them stages; one that may run longer goes to the dispatch host
+AUTO_UNROLL = 16
+
+
+def _path_mismatch(exc: DyclError) -> bool:
+    """Whether `exc` refuses values that differ between paths (in shape, structure, Python value)."""
+    return any(isinstance(e, PathMismatchError) for e in exception_chain(exc))
+
+
+def _padded(model: torch.nn.Module, args: tuple, method: str, dynamic_batch: bool, step: Callable[[str], None],
+            first: DyclError, attempt_s: float) -> JaxModel:
+    """The method staged as one padded program (padding.py): its decode loop unrolled to its own
+    bound (at most AUTO_UNROLL iterations), its return value padded where paths differ in shape,
+    and every call trimmed to the exact result. Where that is refused too, `first` (the method's
+    refusal as written) is raised: what the dispatch host's reason names."""
+    try:
+        jm = _staged(model, args, method, dynamic_batch, step, UnrollOption(AUTO_UNROLL, natural=True))
+    except DyclError as exc:
+        internal = internal_cause(exc)
+        if internal is not None:
+            raise internal from None
+        raise first from None
+    assert jm._report is not None
+    jm._report.padded_reason = dispatch_reason(first)
+    jm._report.timings["staged_attempt_s"] = attempt_s
+    return jm
+
+
 def _same_under_either_host(exc: DyclError) -> bool:
     """A missing lowering, or an update the dispatch host could not keep either: no fallback.
     (A staged construct's alias refusal is answered by the dispatch host, which runs it in Python.)"""
@@ -145,7 +176,8 @@ def _staged(model: torch.nn.Module, args: tuple, method: str, dynamic_batch: boo
     t0, c0 = time.perf_counter(), time.process_time()
     # The rewritten method (and every user method it reaches) is patched in only while
     # torch.export runs; staging() makes tensor predicates emit torch.cond/while_loop.
-    step("rewrite + capture" if unroll is None else f"rewrite (decode loop unrolled, max_len={unroll.max_len}) + capture")
+    step("rewrite + capture" if unroll is None else "rewrite (paths padded, loops unrolled to their own bound) + capture"
+         if unroll.natural else f"rewrite (decode loop unrolled, max_len={unroll.max_len}) + capture")
     with contextlib.ExitStack() as patched:
         rewrite_record = patched.enter_context(rewritten(model, method, unroll))
         t_rewrite, c_rewrite = time.perf_counter(), time.process_time()
@@ -176,6 +208,7 @@ def _staged(model: torch.nn.Module, args: tuple, method: str, dynamic_batch: boo
                "rewrite_cpu_s": c_rewrite - c0, "export_cpu_s": cap.export_cpu_seconds,
                "decompose_cpu_s": cap.decompose_cpu_seconds, "capture_cpu_s": c1 - c_rewrite, "lower_cpu_s": c2 - c1,
                "check_cpu_s": c3 - c2}
+    jm.unroll = unroll
     jm._report = build_report(type(model).__name__, method, jm.host, cap, graph, timings, rewrite_record)
     jm._report.integers = describe_ints(ints)
     jm.source = model_source(model, method)

@@ -73,6 +73,11 @@ class StagedAliasError(AliasedUpdateError):
     names of one tensor as one array), so `host="auto"` and islands fall back on it."""
 
 
+class PathMismatchError(DyclError):
+    """The paths of a construct leave a variable with values one staged program cannot merge
+    (different shapes, Python objects or structures): a padded program may (convert.py)."""
+
+
 class CallError(DyclError):
     """A converted model was called with arguments that do not match its signature."""
 

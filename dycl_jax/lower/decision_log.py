@@ -50,12 +50,15 @@ class DecisionLog:
             self.sites.append(key)
         return self.sites.index(key)
 
-    def append(self, site: str, value: Any, margin: Any) -> None:
+    def append(self, site: str, value: Any, margin: Any, when: Any = None) -> None:
+        """Log (site, value, margin); with `when` (a 0-d bool array), only where it is true."""
         if not self.active:
             return
         ids, values, margins, count = self.log  # type: ignore[misc]
-        # past the capacity the writes are dropped; count still says how many were made
-        ids = ids.at[count].set(self.site_id(site, value), mode="drop")
-        values = values.at[count].set(jnp.asarray(value).reshape(()).astype(jnp.int32), mode="drop")
-        margins = margins.at[count].set(jnp.asarray(margin, jnp.float32).reshape(()), mode="drop")
-        self.log = (ids, values, margins, count + 1)
+        # past the capacity the writes are dropped; count still says how many were made; an
+        # entry not taken is written past the end (dropped) and not counted
+        at = count if when is None else jnp.where(when, count, self.capacity)
+        ids = ids.at[at].set(self.site_id(site, value), mode="drop")
+        values = values.at[at].set(jnp.asarray(value).reshape(()).astype(jnp.int32), mode="drop")
+        margins = margins.at[at].set(jnp.asarray(margin, jnp.float32).reshape(()), mode="drop")
+        self.log = (ids, values, margins, count + (1 if when is None else jnp.asarray(when, jnp.int32)))

@@ -100,6 +100,8 @@ class ConversionReport:
     # dispatch host: why it was chosen, which statements run on the host (and why), and how
     # many graphs were captured and XLA executables compiled so far
     dispatch_reason: str = ""
+    # staged host as one padded program: the construct that would not stage as written, and why
+    padded_reason: str = ""
     host_statements: list[str] = field(default_factory=list)
     torch_statements: list[str] = field(default_factory=list)  # those of them torch ran (no exact JAX form)
     captures: int = 0

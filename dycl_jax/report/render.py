@@ -54,6 +54,9 @@ def _header(report: ConversionReport) -> Panel:
         body.add_row("why dispatch", _t(report.dispatch_reason))
         body.add_row("compiled", _t(f"{report.captures} region signatures captured, "
                                     f"{report.compilations} XLA executables"))
+    if report.padded_reason:
+        body.add_row("why padded", _t(f"{report.padded_reason}; staged with that value padded, calls trimmed to "
+                                      "the exact result"))
     if report.integers:
         body.add_row("integers", _t(report.integers))
     if report.unrolled:

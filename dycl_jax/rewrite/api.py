@@ -19,7 +19,7 @@ from dycl_jax.analysis.closures import closure_hazards, stale_after_rebind
 from dycl_jax.errors import DyclError, limitation
 from dycl_jax.analysis.dynamism import constructs, needs_rewrite
 from dycl_jax.analysis.scopes import function_locals
-from dycl_jax.rewrite import codegen, library_root, lifting, pipeline
+from dycl_jax.rewrite import codegen, library_root, lifting, padding, pipeline
 from dycl_jax.rewrite.converters import bounded_rows
 from dycl_jax.rewrite.modes import exclusive
 from dycl_jax.rewrite.operators import staging, tracing  # noqa: F401  (re-exported for the capture stage)
@@ -81,9 +81,13 @@ _CACHE: dict[tuple, _Rewritten] = {}
 
 @dataclass(frozen=True)
 class UnrollOption:
-    """`to_jax(..., max_len=N)`: the converted method's decode loop runs at most N iterations."""
+    """`to_jax(..., max_len=N)`: the converted method's decode loop runs at most N iterations.
+    `natural`: chosen by `host="auto"`, not the user: the loop must end by its own test within
+    the N iterations (a Python bound such as `step >= max_len`, the items of a `for`), else
+    the conversion is refused (padding.Unroll.cut) and auto runs the method on the dispatch host."""
 
     max_len: int
+    natural: bool = False
 
 
 def _rewrite(fn: types.FunctionType, helper_cells: dict[str, types.CellType], upto: str | None = None,
@@ -331,21 +335,23 @@ def rewritten(model: torch.nn.Module, method: str = "forward", unroll: UnrollOpt
 
 
 @exclusive
-def run_torch_trace(model: torch.nn.Module, method: str, args: Any) -> tuple[Any, list[tuple[str, Any]]]:
+def run_torch_trace(model: torch.nn.Module, method: str, args: Any,
+                    unroll: UnrollOption | None = None) -> tuple[Any, list[tuple[str, Any]]]:
     """Run the rewritten program eagerly, recording every decision (site, value).
 
     Runs in eval mode without gradients, like capture. Values the staged program would hold as
     tensors are tensors here too, so the decision list is the one the staged program makes.
+    `unroll`: rewritten as a padded model was (`jm.unroll`); the output is trimmed to exact values.
     """
     args = args if isinstance(args, tuple) else (args,)
     was_training = model.training
     model.eval()
     try:
-        with torch.no_grad(), rewritten(model, method), tracing() as decisions:
+        with torch.no_grad(), rewritten(model, method, unroll), tracing() as decisions:
             out = getattr(model, method)(*args)
     finally:
         model.train(was_training)
-    return out, decisions
+    return (out if unroll is None else padding.exact(out)), decisions
 
 
 def rewrite_function(fn: Any, upto: str | None = None, dispatch: bool = False) -> types.FunctionType:

@@ -47,8 +47,20 @@ def unless(flags: tuple, test_fn: Callable[[], Any]) -> Any:
     if isinstance(test, ExitOnly):
         return ExitOnly(torch.logical_and(running, test.pred))
     if isinstance(test, torch.Tensor):
-        return torch.logical_and(running, test)
+        return _gated(torch.logical_and(running, test), running)
     return ExitOnly(running) if test else False
+
+
+def _gated(pred: torch.Tensor, running: torch.Tensor) -> torch.Tensor:
+    # the user's test is evaluated only where no exit flag is set: a padded program records
+    # its decision only there (padding.mark)
+    pred._dycl_running = running
+    return pred
+
+
+def running(pred: Any) -> torch.Tensor | None:
+    """Where the user's test in `pred` (from `unless`) is evaluated: no exit flag set; None if always."""
+    return getattr(pred, "_dycl_running", None)
 
 
 def with_dead(fn: Callable, site: Site) -> Callable:

@@ -43,13 +43,62 @@ class _State:
     # outermost staging began: where a later `int(...)` of one fails, that loop is the cause
     promoted: list[tuple[Site, tuple[str, ...]]] = []
     decided: list[Site] = []  # tensor-decided constructs staged, in order (the cause `promoted` names)
+    # whether the code running now runs at all (a padded program computes iterations after
+    # the one its loop stopped in): None (always), a 0-d bool tensor, or INSIDE_COND
+    reach: Any = None
 
 
 _S = _State()
 
 
 def _control_flow_ops() -> list[Any]:
-    return [torch.ops.higher_order.cond, torch.ops.higher_order.while_loop]
+    return [torch.ops.higher_order.cond, torch.ops.higher_order.while_loop, torch.ops.dycl.decided.default]
+
+
+# ---------------------------------------------------------------- reach (padded programs)
+
+@torch.library.custom_op("dycl::decided", mutates_args=())
+def _decided(pred: torch.Tensor, reach: torch.Tensor, site: str) -> torch.Tensor:
+    """`pred`, the decision at `site`, taken only where `reach` is true: the lowering records it
+    then (lower/ops/control_flow.py). A padded program computes both paths of its exits (a
+    select), so no cond records their decisions, and iterations nobody reaches decide nothing."""
+    return pred.clone()
+
+
+@_decided.register_fake
+def _decided_fake(pred: torch.Tensor, reach: torch.Tensor, site: str) -> torch.Tensor:
+    return torch.empty_like(pred)
+
+
+# the reach inside a cond's branch in a padded program: the cond runs whether or not it is
+# reached, so graph constructs nested in it cannot say which of their decisions count
+INSIDE_COND = object()
+
+
+def reach() -> Any:
+    """Where the code running now runs at all: None (always), a 0-d bool tensor, or INSIDE_COND."""
+    return _S.reach
+
+
+@contextlib.contextmanager
+def reached(r: Any) -> Iterator[None]:
+    """Run the block with reach `r` (see `reach`)."""
+    previous = _S.reach
+    _S.reach = r
+    try:
+        yield
+    finally:
+        _S.reach = previous
+
+
+def decided(pred: torch.Tensor, r: torch.Tensor, label: str) -> torch.Tensor:
+    """`pred` through the `dycl::decided` op (staging only)."""
+    return torch.ops.dycl.decided(pred, r, label)
+
+
+def _unreached() -> bool:
+    r = _S.reach
+    return isinstance(r, torch.Tensor) and not bool(r)
 
 
 @contextlib.contextmanager
@@ -143,7 +192,7 @@ def current() -> str:
 
 
 def record(site: Site, value: Any) -> None:
-    if _S.decisions is not None and site.kind != "guard":
+    if _S.decisions is not None and site.kind != "guard" and not _unreached():
         _S.decisions.append((site.label, value))
 
 

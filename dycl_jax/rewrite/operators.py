@@ -31,6 +31,7 @@ from dycl_jax.rewrite.modes import staging, tracing
 from dycl_jax.rewrite.plan import Undefined
 from dycl_jax.rewrite.sites import Site
 from dycl_jax.rewrite.exits import ExitOnly, unless, with_dead  # noqa: F401  (unless: called by generated code)
+from dycl_jax.rewrite.exits import running as exit_running
 from dycl_jax.rewrite.values import and_value, data, getitem, np_reduce, or_value  # noqa: F401  (called by generated code)
 from dycl_jax.rewrite.regions import NOT_STAGED, decide, defined, island, region  # noqa: F401  (dispatch host)
 from dycl_jax.rewrite.padding import decoded, unrolled  # noqa: F401  (unrolled decode loops)
@@ -267,9 +268,12 @@ def _cond(pred: Any, true_fn: Callable, false_fn: Callable, inputs: tuple, site:
         false_fn = with_dead(false_fn, site)
     if padding.selects(site):
         try:
-            return padding.select(site, _pred(pred, site), true_fn, false_fn, inputs, exit_only)
-        except padding.NoSelect:
-            pass  # a variable differs between the paths: a cond (the select's nodes are dead code)
+            return padding.select(site, _pred(pred, site), true_fn, false_fn, inputs, exit_only,
+                                  exit_running(pred))
+        except padding.NoSelect as no:
+            # a variable differs between the paths: a cond (the select's nodes are dead code)
+            # on the predicate the select marked, which has recorded its decision
+            return _choose(site, [(0, no.pred), (1, True)], [true_fn, false_fn], inputs, exit_only, marked=True)
     return _choose(site, [(0, pred), (1, True)], [true_fn, false_fn], inputs, exit_only)
 
 
@@ -340,7 +344,10 @@ def _graph_construct(op: Callable) -> Callable:
 
 @_graph_construct
 def _choose(site: Site, candidates: list[tuple[int, Any]], fns: Sequence[Callable], inputs: tuple,
-            exit_only: bool = False) -> tuple:
+            exit_only: bool = False, marked: bool = False) -> tuple:
+    """The construct as a graph op (staging), planned on fake tensors (dry) or run eagerly
+    recording its decision (tracing). `marked`: the predicate went through `padding.mark`,
+    which recorded the decision already."""
     mode = modes.current()
     candidates = [(i, _pred(p, site) if isinstance(p, torch.Tensor) else p) for i, p in candidates]
     chosen = [fns[i] for i, _ in candidates]
@@ -353,6 +360,13 @@ def _choose(site: Site, candidates: list[tuple[int, Any]], fns: Sequence[Callabl
     if mode == "staging":
         modes.note_decided(site)
         preds = [p for _, p in candidates[:-1]]
+        reach = modes.reach()
+        if reach is not None:  # in a padded program: record the decision only where it is reached
+            if len(preds) > 1 or reach is modes.INSIDE_COND:
+                raise padding.in_unrolled(site, "an `elif` chain" if len(preds) > 1 else "a branch in a branch")
+            if not marked:
+                preds = [padding.mark(site, preds[0], None, exit_only)]
+            chosen = [_inside_cond(fn) for fn in chosen]
         plan, tensors = staged.choice(sub, preds, [i for i, _ in candidates], chosen, inputs, placeholders)
         _check_split_aliases(site, plan, inputs)
         return plan.rebuild(tensors)
@@ -366,9 +380,17 @@ def _choose(site: Site, candidates: list[tuple[int, Any]], fns: Sequence[Callabl
                                   inputs, lambda: _dry_plan(site, sub, chosen, inputs, placeholders)[:2])
     _check_split_aliases(site, plan, inputs)
     taken = next(k for k, (_, p) in enumerate(candidates) if p is True or bool(p))
-    if plan.n_tensors:  # the staged program has a graph op here, and records its decision
+    if plan.n_tensors and not marked:  # the staged program has a graph op here, and records its decision
         modes.record(site, taken == 0 if site.kind != "elif" else candidates[taken][0])
     return plan.normalize(padding.apply(pads, tuple(chosen[taken](*inputs))))
+
+
+def _inside_cond(fn: Callable) -> Callable:
+    """A path of a cond in a padded program: what it nests cannot be staged (modes.INSIDE_COND)."""
+    def path(*inputs: Any) -> Any:
+        with modes.reached(modes.INSIDE_COND):
+            return fn(*inputs)
+    return path
 
 
 def _unowned_updates_refused(site: Site, fn: Callable) -> Callable:
@@ -430,6 +452,8 @@ def while_loop(test_fn: Callable, body_fn: Callable, carry: tuple, invariants: t
                 if merged is not None:
                     sub, test, body, reduced, expand = merged
                     return expand(while_loop(test, body, reduced, invariants, sub, _frame=frame))
+                if modes.reach() is not None:  # its tests would be recorded where nobody reaches them
+                    raise padding.in_unrolled(site, "a loop on a tensor condition")
                 if site.owned:
                     _check_loop_aliases(site, dict(zip(site.inputs, (*carry, *invariants))), frame)
                 if site.kept_aliases:

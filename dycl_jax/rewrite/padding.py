@@ -1,4 +1,5 @@
-"""Padded method outputs for unrolled decode loops (`to_jax(..., max_len=N)`).
+"""Padded method outputs for unrolled decode loops (`to_jax(..., max_len=N)`, or `host="auto"`
+where a method's values differ in shape between its paths).
 
 An unrolled loop (converters/decode_loops.py) exits through a `return` in the iteration it
 stops in, so every value it computes has that iteration's exact shape. Only the method's return
@@ -7,6 +8,11 @@ and only there, a tensor whose shape differs between the paths becomes `Padded` 
 the largest shape, with its true shape as `lengths`). Nothing reads the return value before
 the method returns, so no user code ever computes on padding. `Decoded` wraps the method's
 result with the flag saying the loop ran out of `max_len` iterations without exiting.
+
+Decisions: the program computes both paths of every exit and the iterations after the one the
+loop stopped in. Each runs under a *reach* (modes.reach: whether it runs in the original
+program); an exit's decision is recorded through `dycl::decided` only where it is reached, so
+the padded program's decision trace is the exact one (`mark`).
 """
 from __future__ import annotations
 
@@ -17,7 +23,8 @@ import torch
 import torch.nn.functional as F
 import torch.utils._pytree as pytree
 
-from dycl_jax.rewrite import plan as plans
+from dycl_jax.errors import DyclError, Location
+from dycl_jax.rewrite import modes, plan as plans
 from dycl_jax.rewrite.plan import Undefined
 from dycl_jax.rewrite.sites import RETFLAG, RETVAL, Site
 
@@ -64,12 +71,29 @@ def decoded(value: Any, exceeded: bool, max_len: int, file: str, line: int, code
 
 class Unroll:
     """The iterations of an unrolled loop: the items of `items` (a `for`) or a count (a `while`),
-    at most `max_len` of them; `cut` says the bound stopped it before the loop's own end."""
+    at most `max_len` of them; `cut` says the bound stopped it before the loop's own end.
 
-    def __init__(self, items: Iterable | None, max_len: int) -> None:
+    natural: the bound is auto's, not the user's: a program where the bound stops the loop
+    (read as `cut`, on a path that may run) is refused, at `where` (file, line, code)."""
+
+    def __init__(self, items: Iterable | None, max_len: int, natural: bool = False, where: tuple = ()) -> None:
         self.items = items
         self.max_len = max_len
-        self.cut = False
+        self.natural = natural
+        self.where = where
+        self._cut = False
+
+    @property
+    def cut(self) -> bool:
+        if self._cut and self.natural:
+            file, line, code = self.where
+            raise DyclError(
+                f"the loop at {file.rsplit('/', 1)[-1]}:{line} may need more than {self.max_len} iterations "
+                "(no Python bound ends it within them), so it cannot be staged as one padded program",
+                location=Location(file, line, code),
+                fix='convert with host="dispatch" (exact for every input), or with max_len=N for one staged '
+                "program that refuses inputs needing more than N iterations")
+        return self._cut
 
     def __iter__(self) -> Iterator[Any]:
         it = itertools.count() if self.items is None else iter(self.items)
@@ -80,17 +104,28 @@ class Unroll:
                 return
             yield item
         if self.items is None:
-            self.cut = True
+            self._cut = True
             return
         try:
             next(it)
         except StopIteration:
             return
-        self.cut = True
+        self._cut = True
 
 
-def unrolled(items: Iterable | None, max_len: int) -> Unroll:
-    return Unroll(items, max_len)
+def unrolled(items: Iterable | None, max_len: int, natural: bool = False, file: str = "", line: int = 0,
+             code: str = "") -> Unroll:
+    return Unroll(items, max_len, natural, (file, line, code))
+
+
+def exact(out: Any) -> Any:
+    """A padded method result (torch tensors) as the exact one: `Padded` leaves cut to their lengths."""
+    if not isinstance(out, Decoded):
+        return out
+    leaves, spec = pytree.tree_flatten(out.value, is_leaf=lambda v: isinstance(v, Padded))
+    cut = [x.value[tuple(slice(0, int(n)) for n in x.lengths.tolist())] if isinstance(x, Padded) else x
+           for x in leaves]
+    return pytree.tree_unflatten(cut, spec)
 
 
 # ---------------------------------------------------------------- the joins of an unrolled method
@@ -226,11 +261,49 @@ def selects(site: Site) -> bool:
 
 
 class NoSelect(Exception):
-    """The paths of a join leave a user's variable with values a select cannot merge."""
+    """The paths of a join leave a user's variable with values a select cannot merge; `pred` is
+    the join's predicate as `mark` left it (a cond takes it instead)."""
+
+    def __init__(self, what: str, pred: Any = None) -> None:
+        super().__init__(what)
+        self.pred = pred
+
+
+def in_unrolled(site: Site, what: str) -> DyclError:
+    """The refusal of a construct a padded program cannot stage with its exact decisions."""
+    return DyclError(
+        f"{site.construct}: {what} inside a loop unrolled into one padded program cannot record which of its "
+        "decisions the original program makes", location=site.location,
+        fix='convert with host="dispatch" (host="auto" does so itself)')
+
+
+def _and(r: Any, p: torch.Tensor) -> torch.Tensor:
+    return p if r is None else torch.logical_and(r, p)
+
+
+def mark(site: Site, pred: torch.Tensor, running: Any = None, exit_only: bool = False) -> torch.Tensor:
+    """The decision at `site` recorded where it is reached (the reach, and `running`: no exit flag
+    set before it); the predicate to use instead of `pred` (staging: the `dycl::decided` node)."""
+    mode, r = modes.current(), modes.reach()
+    if mode not in ("staging", "tracing"):
+        return pred
+    if r is modes.INSIDE_COND:
+        if mode == "staging":
+            raise in_unrolled(site, "a branch")
+        r = None
+    if running is not None:
+        r = _and(r, running)
+    if exit_only or site.kind == "guard":
+        return pred  # no decision of the user's here: an exit flag's test
+    if mode == "tracing":
+        if r is None or bool(r):
+            modes.record(site, bool(pred))
+        return pred
+    return modes.decided(pred, torch.ones((), dtype=torch.bool) if r is None else r, site.label)
 
 
 def select(site: Site, pred: torch.Tensor, true_fn: Callable, false_fn: Callable, inputs: tuple,
-           exit_only: bool) -> tuple:
+           exit_only: bool, running: Any = None) -> tuple:
     """An exit of an unrolled loop, or a guard on the return flag, computed on both paths and
     then selected by `pred`, rather than as a cond.
 
@@ -240,8 +313,26 @@ def select(site: Site, pred: torch.Tensor, true_fn: Callable, false_fn: Callable
     traces it once rather than several times over (once per graph branch and pass), which
     keeps conversion time linear and small in `max_len`; the program then computes every
     iteration up to the bound. Raises NoSelect where a variable both paths keep differs.
+    Each path runs under its reach (the join's, and `pred` or not `pred`), the decision
+    recorded by `mark`.
     """
-    t, f = (tuple(p(*inputs)) for p in prepare(site, [true_fn, false_fn], exit_only))
+    marked = mark(site, pred, running, exit_only)
+    r = modes.reach()
+    r = None if r is modes.INSIDE_COND else r
+    if running is not None:
+        r = _and(r, running)
+    paths = prepare(site, [true_fn, false_fn], exit_only)
+    with modes.reached(_and(r, pred)):
+        t = tuple(paths[0](*inputs))
+    with modes.reached(_and(r, torch.logical_not(pred))):
+        f = tuple(paths[1](*inputs))
+    try:
+        return _selected(site, marked, t, f)
+    except NoSelect as exc:
+        raise NoSelect(str(exc), marked) from None
+
+
+def _selected(site: Site, pred: torch.Tensor, t: tuple, f: tuple) -> tuple:
     out: list[Any] = []
     for j, n in enumerate(site.names):
         a, b = t[j], f[j]

@@ -8,7 +8,7 @@ from typing import Any, Iterator
 import torch
 import torch.utils._pytree as pytree
 
-from dycl_jax.errors import DyclError
+from dycl_jax.errors import PathMismatchError
 from dycl_jax.rewrite.constants import ConstTensor, opaque, same_constant
 from dycl_jax.rewrite.sites import RETVAL, Site
 
@@ -201,8 +201,8 @@ def kinds(values: tuple[Any, ...]) -> list[tuple]:
     return out
 
 
-def _error(site: Site, msg: str, fix: str) -> DyclError:
-    return DyclError(f"{site.construct}: {msg}", location=site.location, fix=fix)
+def _error(site: Site, msg: str, fix: str) -> PathMismatchError:
+    return PathMismatchError(f"{site.construct}: {msg}", location=site.location, fix=fix)
 
 
 def _unify_leaf(site: Site, j: int, paths: list[int], vals: list[Any], constants: bool) -> Leaf:

@@ -61,6 +61,9 @@ class JaxModel:
         # around each call (binding inputs, tracing and running); the process-wide setting is untouched
         self.x64 = x64
         self.host = host
+        # how a padded program's method was rewritten (rewrite/api.UnrollOption), None if not one:
+        # run_torch_trace(..., unroll=jm.unroll) gives its decisions in torch
+        self.unroll: Any = None
         self.signature = signature
         self._variables = variables
         self._read = _raw_reader(variables)

@@ -51,6 +51,11 @@ DISPATCH_MODELS = (
     "skip_logging",
 )
 
+# Of those, the ones `host="auto"` stages as one padded program (convert._padded): a decode loop
+# that its own Python bound ends within 16 iterations, a branch whose paths return different
+# shapes; calls trim the padding, so results stay exact. `host="dispatch"` still runs them.
+PADDED_MODELS = ("captioning", "greedy_nmt", "shape_branch")
+
 # Data-dependent row selections (`nonzero` gather, compute, scatter) that stage as one program
 # through their bounded form: every row computed, the selected ones kept (rewrite/rows.py).
 BOUNDED_MODELS = ("moe",)

@@ -18,6 +18,7 @@ from dycl_jax.lower.interpreter import (LoweredGraph, current_env, current_loop_
 from dycl_jax.lower.keys import current_stream, key_stream, next_key
 from dycl_jax.lower.margins import margin
 from dycl_jax.lower.registry import register
+from dycl_jax.rewrite import modes  # noqa: F401  (registers the dycl::decided op lowered below)
 from dycl_jax.source import origins
 
 # While set, the lowerings below report each decision to this callback as (site, value, margin),
@@ -68,17 +69,44 @@ def differentiable() -> Iterator[None]:
 _IN_CHAIN: contextvars.ContextVar[str | None] = contextvars.ContextVar("dycl_in_chain", default=None)
 
 
-def _record(value: jax.Array, margin: Any = None) -> None:
+def _record(value: jax.Array, margin: Any = None, when: Any = None, site: str | None = None) -> None:
+    """Report a decision at `site` (default: the node being lowered), only where `when` holds if given."""
     recorder = _RECORDER.get()
     if recorder is None:
         return
-    site = current_site()
+    site = current_site() if site is None else site
     m = jnp.asarray(jnp.nan if margin is None else margin, jnp.float32)
     if isinstance(recorder, DecisionLog):
-        recorder.append(site, value, m)
+        recorder.append(site, value, m, when)
         return
     # ordered=True keeps decisions in program order, also inside loops and branches
-    jax.debug.callback(lambda v, m: recorder(site, v.item(), m.item()), value, m, ordered=True)
+    if when is None:
+        jax.debug.callback(lambda v, m: recorder(site, v.item(), m.item()), value, m, ordered=True)
+    else:
+        jax.debug.callback(lambda v, m, w: recorder(site, v.item(), m.item()) if w.item() else None,
+                           value, m, jnp.asarray(when), ordered=True)
+
+
+# ops between a `dycl::decided` node and the cond that takes its output as predicate
+_VIEWS = frozenset({torch.ops.aten.view.default, torch.ops.aten.reshape.default, torch.ops.aten.alias.default,
+                    torch.ops.aten.clone.default, torch.ops.aten._to_copy.default})
+
+
+def _marked(node: torch.fx.Node | None) -> bool:
+    """Whether the cond `node` takes its predicate from `dycl::decided`, which records the decision."""
+    arg = node.args[0] if node is not None and node.args else None
+    while isinstance(arg, torch.fx.Node) and arg.op == "call_function" and arg.target in _VIEWS:
+        arg = arg.args[0]
+    return isinstance(arg, torch.fx.Node) and arg.op == "call_function" \
+        and arg.target is torch.ops.dycl.decided.default
+
+
+@register(torch.ops.dycl.decided.default)
+def decided(pred: Any, reach: Any, site: str) -> jax.Array:
+    """The predicate of a padded program's decision at `site` (rewrite/modes.py), recorded where reached."""
+    if origins.is_decision(site):
+        _record(_pred(pred), _pred_margin(), when=_pred(reach), site=site)
+    return jnp.asarray(pred)
 
 
 def _pred_margin(i: int = 0, j: int | None = None) -> Any:
@@ -179,8 +207,8 @@ def cond(pred: Any, true_graph: LoweredGraph, false_graph: LoweredGraph, operand
     operands = tuple(operands)
     site = current_site()
     chain = site.startswith("elif@")
-    if not origins.is_decision(site):
-        pass  # an internal exit-flag guard of the rewrite, not a user decision
+    if not origins.is_decision(site) or _marked(current_node()):
+        pass  # an internal exit-flag guard of the rewrite, not a user decision; or recorded by `decided`
     elif not chain:
         _record(p, _pred_margin())
     elif _IN_CHAIN.get() != site:

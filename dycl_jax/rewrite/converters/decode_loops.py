@@ -1,4 +1,6 @@
-"""With `to_jax(..., max_len=N)`: the method's decode loop, unrolled with every exit a `return`.
+"""With `to_jax(..., max_len=N)` (or `host="auto"`'s padded attempt, N = convert.AUTO_UNROLL,
+"natural": the loop must end by its own test within N): the method's decode loop, unrolled
+with every exit a `return`.
 
     while TEST:                 _dycl_unroll = _dycl_ops.unrolled(None, N)
         BODY (… break …)   →    for _ in _dycl_unroll:
@@ -17,7 +19,9 @@ exceeded, ...)`; `exceeded` is true only where N iterations ran out before the l
 
 Only the first `while`, or `for` with its own `break`/`return`, at the top level of the method
 is unrolled; a loop inside another statement (`if`, `with`, another loop) is not, and when no
-loop qualifies, the first such nested loop gets a located error saying so.
+loop qualifies, the first such nested loop gets a located error saying so. A method with no
+loop at all still returns `decoded(...)`: its `if` joins pad the return value as well (an `if`
+whose branches return tensors of different shapes).
 """
 from __future__ import annotations
 
@@ -66,6 +70,16 @@ def _nested_candidate(body: list[ast.stmt]) -> tuple[ast.stmt, ast.stmt] | None:
     return None
 
 
+def _returns_decoded(scope: ast.FunctionDef, ctx: Context) -> None:
+    """Every `return` of a method without a loop to unroll as `decoded(value, False, ...)`."""
+    where = [const(ctx.unroll.max_len), const(ctx.src.file), const(scope.lineno), const(ctx.code(scope.lineno))]
+    body = scope.body
+    if not always_jumps(body):
+        body.append(locate(ast.Return(value=None), body[-1]))
+    for ret, _ in _own(body, (ast.Return,), True):
+        ret.value = locate(op_call("decoded", ret.value or const(None), const(False), *where), ret)
+
+
 def convert(scope: ast.FunctionDef, ctx: Context) -> None:
     if ctx.unroll is None or scope is not ctx.src.tree:
         return
@@ -82,6 +96,7 @@ def convert(scope: ast.FunctionDef, ctx: Context) -> None:
                 f"{scope.name}() is unrolled into one staged program", location=ctx.src.location(loop.lineno),
                 fix="move the loop to the top level of the method, or convert with host=\"auto\" / \"dispatch\" "
                 "(the dispatch host runs it exactly)")
+        _returns_decoded(scope, ctx)
         return
     loop = body[i]
     where = (ctx.src.file, loop.lineno, ctx.code(loop.lineno))
@@ -113,7 +128,8 @@ def convert(scope: ast.FunctionDef, ctx: Context) -> None:
     ran_out = stop_here()
     for ret, _ in _own(ran_out, (ast.Return,), True):
         ret.value.args[1] = locate(ast.Attribute(value=name(unroll), attr="cut", ctx=ast.Load()), ret)
-    make = locate(set_name(unroll, op_call("unrolled", items, const(max_len))), loop)
+    make = locate(set_name(unroll, op_call("unrolled", items, const(max_len), const(ctx.unroll.natural),
+                                           *info[1:])), loop)
     body[i:] = [make, new_loop, *after, *ran_out]
-    bound = f"at most {max_len} iterations"
+    bound = f"to its own bound, at most {max_len} iterations" if ctx.unroll.natural else f"at most {max_len} iterations"
     ctx.unrolled.append(f"{type(loop).__name__.lower()}@{os.path.basename(where[0])}:{where[1]} ({bound})")
