@@ -13,6 +13,7 @@ import torch
 import dycl_jax
 from emit_jobs import run_emitted  # tests/: one torch-free subprocess for every module
 import converted  # tests/: the example conversions this process made already
+from examples.dynn import PADDED_MODELS
 from dycl_jax.emit import hosted
 from differential import assert_same
 from test_emit import _cases, compare
@@ -35,8 +36,9 @@ def emitted(tmp_path_factory) -> dict:
     root = tmp_path_factory.mktemp("emitted_dispatch")
     made, jobs = {}, {}
     for name, n, _ in CASES:
-        if name == "moe":  # it stages by default (its bounded form): the dispatch host is asked for
-            model, args = importlib.import_module("examples.dynn.moe").example()
+        if name == "moe" or name in PADDED_MODELS:
+            # they stage by default (a bounded form, one padded program): the dispatch host is asked for
+            model, args = importlib.import_module(f"examples.dynn.{name}").example()
             jm = dycl_jax.to_jax(model, args, host="dispatch")
         else:
             model, jm = converted.default(name)

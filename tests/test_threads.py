@@ -41,7 +41,9 @@ def test_concurrent_conversions_and_calls_match_torch():
     with torch.no_grad():
         expected = [[model(*a) for a in ins] for (model, _), ins in zip(examples, inputs)]
 
-    converted = _run_in_threads([lambda ex=ex: dycl_jax.to_jax(ex[0], ex[1]) for ex in examples])
+    # (auto would stage shape_branch as one padded program: the dispatch host is asked for)
+    converted = _run_in_threads([lambda ex=ex, host=host: dycl_jax.to_jax(ex[0], ex[1], host=host)
+                                 for ex, host in zip(examples, ["auto", "dispatch"])])
     assert [jm.host for jm in converted] == ["staged", "dispatch"]
 
     def calls(k: int, order: int):
