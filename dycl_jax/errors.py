@@ -5,6 +5,7 @@ import os
 import sys
 import sysconfig
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -84,6 +85,18 @@ class CallError(DyclError):
 
 class DecodeBoundError(DyclError):
     """A decode loop unrolled for `max_len` needed more iterations than that for this input."""
+
+
+def decode_bound_error(where: Any) -> DecodeBoundError:
+    """The error for an input whose unrolled decode loop (at `where`: file, line, code, max_len)
+    did not reach its exit within max_len iterations."""
+    file, line, code, max_len = where
+    return DecodeBoundError(
+        f"the loop at {os.path.basename(file)}:{line} was unrolled for at most max_len={max_len} iterations, "
+        "and this input needs more: the staged program did not reach the loop's exit",
+        location=Location(file, line, code),
+        fix=f"convert with a larger max_len (e.g. max_len={2 * max_len}), or with host=\"auto\" / \"dispatch\" "
+        "to run the loop exactly for every input")
 
 
 class UsageError(DyclError):

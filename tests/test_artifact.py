@@ -481,7 +481,7 @@ def test_a_part_run_at_one_size_of_a_growing_variable_is_not_counted_as_covered(
         x = torch.randn(1, 4, generator=g)
         by_length.setdefault(model(x).shape[1], x)
     (short, x_short), (long, x_long) = sorted(by_length.items())[:2]
-    jm = dycl_jax.to_jax(model, (x_long,))
+    jm = dycl_jax.to_jax(model, (x_long,), host="dispatch")  # auto would stage it padded
     with pytest.warns(ExportCoverageWarning) as caught:
         man = jm.export(str(tmp_path / "a"))
     line = GrowsThenScales.forward.__code__.co_firstlineno + 7  # `return ys * 2`
@@ -527,7 +527,7 @@ def test_export_warns_where_unseen_inputs_are_not_served(artifacts, tmp_path) ->
     assert body and all(p["appends"] == ["alphas"] for p in body)
     torch.manual_seed(3)
     model = ReadsHistory().eval()
-    jm = dycl_jax.to_jax(model, torch.full((1, 4), 0.5))  # 2 steps
+    jm = dycl_jax.to_jax(model, torch.full((1, 4), 0.5), host="dispatch")  # 2 steps; auto stages it padded
     jm(torch.zeros(1, 4))  # 6 steps: the body's `sum(outs)` takes a list one longer per step
     assert jm.host == "dispatch"
     with pytest.warns(ExportCoverageWarning) as caught:

@@ -18,6 +18,8 @@ from dycl_jax.report.render import render_report
 from dycl_jax.rewrite.api import run_torch_trace
 from examples.dynn import PADDED_MODELS, load
 from differential import assert_same  # pytest puts tests/ on sys.path
+from emit_jobs import run_emitted
+from test_emit import _cases, compare
 
 N_INPUTS = 50
 
@@ -59,6 +61,29 @@ def test_padded_examples_stage_under_auto_and_match_torch_on_every_path(name: st
         _check(model, jm, args)
         paths.add(mod.path_of(model, args))
     assert len(paths) >= 2, paths  # several output lengths / branches taken
+
+
+def test_emitted_padded_modules_match_torch_on_every_path(tmp_path) -> None:
+    # the emitted module runs the padded program as its jitted `padded` method and cuts each value
+    # to its lengths in `__call__`, without torch: exact shapes on every path, as jm(...) gives
+    jobs, made = {}, {}
+    for name in PADDED_MODELS:
+        model, jm = _converted(name)
+        jm.emit(str(tmp_path / name))
+        cases = _cases(load(name), 8)
+        made[name] = (model, jm, cases)
+        jobs[name] = (str(tmp_path / name), [tuple(a.numpy() for a in c) for c in cases], "only")
+    results = run_emitted(tmp_path, jobs)
+    for name, (model, jm, cases) in made.items():
+        status, outs = results[name]
+        assert status == "ok", f"{name}: the emitted module failed without torch:\n{outs}"
+        text = (tmp_path / name / "model.py").read_text()
+        assert "@nnx.jit\n    def padded(self" in text and "trim_padded(" in text
+        paths = set()
+        for k, (case, got) in enumerate(zip(cases, outs)):
+            compare(name, k, model, jm, case, got)
+            paths.add(load(name).path_of(model, case))
+        assert len(paths) >= 2, (name, paths)
 
 
 @pytest.mark.parametrize("name", PADDED_MODELS)

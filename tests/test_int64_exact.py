@@ -60,7 +60,9 @@ class SmallIndexMath(nn.Module):
 
     def forward(self, ids, x):
         pos = (ids % 1000) * 1000 + 7
-        return pos, x.argmax(-1) + 1, (x > 0).sum(), torch.arange(ids.shape[0]) * 2
+        # an int fill (a scalar_tensor of a known value once decomposed) fits too
+        tokens = x.argmax(-1).masked_fill(x[:, 0] > 0, 3)
+        return pos, x.argmax(-1) + 1, (x > 0).sum(), torch.arange(ids.shape[0]) * 2, tokens
 
 
 def _exact(want, got, where: str) -> None:
@@ -163,3 +165,19 @@ def test_a_sum_over_a_data_dependent_size_converts():
     jm = dycl_jax.to_jax(model, (xs[0],))
     for k, x in enumerate(xs):
         _exact(model(x), jm(x), f"nonzero sum input {k}")
+
+
+class CountsRows(nn.Module):
+    """A fill of a symbolic size (the batch, with dynamic_batch=True) is a size: it fits int32."""
+
+    def forward(self, x):
+        return torch.full((1,), x.shape[0], dtype=torch.long), x.argmax(-1)
+
+
+def test_a_fill_of_a_symbolic_size_stays_int32():
+    model = CountsRows().eval()
+    jm = dycl_jax.to_jax(model, torch.randn(4, 5), dynamic_batch=True)
+    assert jm.host == "staged" and not jm.x64, jm.report().integers
+    for n in (2, 7):
+        x = torch.randn(n, 5)
+        _exact(model(x), jm(x), f"rows={n}")

@@ -6,6 +6,8 @@ from typing import Any, Callable
 
 import torch
 
+from dycl_jax.rewrite import modes  # noqa: F401  (registers torch.ops.dycl.decided)
+
 aten = torch.ops.aten
 _INT_MAX = 2**62  # torch writes "to the end" of a slice as a huge end index
 
@@ -91,6 +93,8 @@ for _name, _fn in (("relu", "jax.nn.relu"), ("sigmoid", "jax.nn.sigmoid"), ("tan
     rule(getattr(aten, _name).default)(lambda a, _fn=_fn: f"{_fn}({lit(a)})")
 rule(aten.detach.default)(lambda a: f"jax.lax.stop_gradient({lit(a)})")
 rule(aten.clone.default, aten.alias.default)(lambda a, **_: lit(a))  # arrays are values: a copy is the array
+# a padded program's decision (rewrite/modes.py) is its predicate: the in-memory model records it
+rule(torch.ops.dycl.decided.default)(lambda pred, reach, site: lit(pred))
 rule(aten._softmax.default)(lambda a, dim, half: f"jax.nn.softmax({lit(a)}, axis={dim})")
 rule(aten._log_softmax.default)(lambda a, dim, half: f"jax.nn.log_softmax({lit(a)}, axis={dim})")
 rule(aten._to_copy.default, dtype="own")(
@@ -137,6 +141,15 @@ def _slice(a: Any, dim: int = 0, start: Any = None, end: Any = None, step: int =
     end = "" if end is None or (isinstance(end, int) and end >= _INT_MAX) else lit(end)
     step_text = "" if step == 1 else f":{step}"
     return f"{lit(a)}[{':, ' * dim}{start}:{end}{step_text}]"
+
+
+@rule(aten.constant_pad_nd.default, node=True, named=True)
+def _constant_pad_nd(a: Any, pad: Any, value: Any = 0, node: Any = None) -> str:
+    # (before, after) pairs from the last dim backwards; lax.pad crops on negative amounts, as torch does
+    cfg = [(0, 0, 0)] * node.args[0].meta["val"].dim()
+    for i in range(len(pad) // 2):
+        cfg[len(cfg) - 1 - i] = (pad[2 * i], pad[2 * i + 1], 0)
+    return f"jax.lax.pad({lit(a)}, jnp.asarray({lit(value)}, {lit(a)}.dtype), {lit(cfg)})"
 
 
 @rule(aten.full.default, dtype="own")
@@ -411,6 +424,10 @@ def _group_norm(x: Any, w: Any, b: Any, n: Any, c: Any, hw: Any, groups: int, ep
 # Module-level functions of the emitted file, written into it where its code calls them (`name(`):
 # torch ops whose jnp form is several statements.
 HELPERS = {
+    "trim_padded": '''def trim_padded(value, lengths):
+    """A padded result cut to its lengths: the exact result, as the converted model's call returns it
+    (read on the host, so a caller under jax.jit takes the padded value and lengths instead)."""
+    return value[tuple(slice(0, int(n)) for n in np.asarray(lengths))]''',
     "group_norm": '''def group_norm(x, groups, scale, bias, eps):
     """torch's GroupNorm on (N, C, ...): each sample's channels in `groups` groups, normalised over the group."""
     g = x.reshape(x.shape[0], groups, -1)

@@ -17,7 +17,8 @@ from dycl_jax.emit.classes import build_classes
 from dycl_jax.emit.layers import TORCH_NAMES
 from dycl_jax.emit.ops import HELPERS, KEYS, Expr, lit
 from dycl_jax.emit.program import Program
-from dycl_jax.errors import DyclError
+from dycl_jax.errors import DyclError, decode_bound_error
+from dycl_jax.rewrite.padding import Decoded, Padded
 
 WEIGHTS = "model.safetensors"
 
@@ -131,6 +132,8 @@ def _tree(spec: pytree.TreeSpec, leaves: list[str]) -> str:
     if spec.is_leaf():
         return leaves.pop(0)
     kids = [_tree(c, leaves) for c in spec.children()]
+    if spec.type is Padded:  # a padded program's value of per-input shape (rewrite/padding.py)
+        return f"trim_padded({kids[0]}, {kids[1]})"
     if spec.type is tuple:
         return "(" + ", ".join(kids) + ("," if len(kids) == 1 else "") + ")"
     if spec.type is list:
@@ -173,13 +176,39 @@ def emit_source(inp: EmitInput) -> tuple[str, dict[str, np.ndarray]]:
     exprs = body.run(items, list(out_node.args[0]))
     # a train-mode call writes the statistics it updated (BatchNorm's) into the module, as jm(...) does
     body.lines += [f"{prog.state_expr(path, '')} = {lit(e)}" for path, e in zip(inp.mutations, exprs)]
-    ret = _tree(inp.out_spec, [lit(e) for e in exprs[len(inp.mutations):]])
+    leaves = [lit(e) for e in exprs[len(inp.mutations):]]
     if body.keyed:
+        if inp.out_spec.type is Decoded:
+            raise DyclError("emitted source: a padded program (an unrolled loop) that draws random numbers",
+                            fix="use the in-memory JaxModel, or convert with host=\"dispatch\" to emit it")
         prog.keyed_calls.add("")
         params += ["*", "key=None", "rngs=None"]
         body.lines.insert(0, f"{KEYS} = RandomKeys(key if key is not None else (rngs if rngs is not None else "
                              "self.rngs).dropout())  # this call's random ops draw from key, as jm(x, key=key)")
-    return assemble(prog, inp.model_name, (params, body.lines + [f"return {ret}"]), inp.state)
+    if inp.out_spec.type is Decoded:
+        call, padded = _padded_call(inp.out_spec, leaves, params, body.lines)
+        return assemble(prog, inp.model_name, call, inp.state, methods={"": [padded]})
+    return assemble(prog, inp.model_name, (params, body.lines + [f"return {_tree(inp.out_spec, leaves)}"]),
+                    inp.state)
+
+
+def _padded_call(spec: pytree.TreeSpec, leaves: list[str], params: list[str],
+                 lines: list[str]) -> tuple[tuple[list[str], list[str]], str]:
+    """A method with an unrolled loop (a `Decoded` result, rewrite/padding.py): its program as the
+    jitted method `padded` (the result's arrays flat, a value of per-input shape followed by its
+    lengths, then whether the input needed more iterations than the program has), and a
+    `__call__` that checks the bound and cuts each value to its lengths, as jm(...) does."""
+    args = ", ".join(params)
+    padded = "\n".join(
+        ["@nnx.jit", f"def padded(self, {args}):",
+         '    """The padded program (jittable): the result\'s arrays flat, then the decode bound\'s flag."""',
+         *["    " + ln for ln in lines], f"    return ({', '.join(leaves)},)"])
+    out = [f"out[{i}]" for i in range(len(leaves) - 1)]
+    call = [f"out = self.padded({args})",
+            "if bool(np.any(np.asarray(out[-1]))):",
+            f"    raise ValueError({str(decode_bound_error(spec.context))!r})",
+            f"return {_tree(spec.children()[0], out)}"]
+    return (params, call), padded
 
 
 def assemble(prog: Program, model_name: str, root_call: tuple[list[str], list[str]], state: dict[str, torch.Tensor],

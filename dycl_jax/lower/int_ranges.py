@@ -285,7 +285,12 @@ def _hull_all(node, args):
 
 
 def _fill(node, args):
-    v = node.args[1] if len(node.args) > 1 else node.kwargs.get("fill_value")
+    # scalar_tensor(value); full(size, value), full_like(x, value)
+    k = 0 if node.target is aten.scalar_tensor.default else 1
+    v = node.args[k] if len(node.args) > k else node.kwargs.get("fill_value")
+    if isinstance(v, torch.fx.Node):  # a symbolic int (a size): its interval, as computed
+        iv = args[k] if len(args) > k else None
+        return iv if isinstance(iv, tuple) else None
     return (int(v), int(v)) if isinstance(v, (int, bool)) else _SIZE if isinstance(v, torch.SymInt) else None
 
 

@@ -8,7 +8,8 @@ import jax
 import numpy as np
 
 from dycl_jax.rewrite.padding import Decoded, Padded
-from dycl_jax.runtime.loaded import decode_bound_error, trim
+from dycl_jax.errors import decode_bound_error
+from dycl_jax.runtime.loaded import trim
 
 # the padded forms are JAX pytrees too: `jm.apply` / `jm.padded` return them under jit and vmap
 jax.tree_util.register_pytree_node(Padded, lambda p: ((p.value, p.lengths), None), lambda _, c: Padded(*c))

@@ -13,7 +13,7 @@ import numpy as np
 from jax import export as jax_export
 from safetensors.flax import load_file, save_file
 
-from dycl_jax.errors import CallError, DecodeBoundError, DyclError, Location
+from dycl_jax.errors import CallError, DyclError, decode_bound_error
 from dycl_jax.rewrite.decisions import Decision
 
 FORMAT = "dycl_jax.artifact/1"
@@ -238,18 +238,6 @@ def _check(spec: dict, value: Any, sizes: dict[str, int]) -> Any:
 def trim(value: Any, lengths: Any) -> Any:
     """A padded output cut to its true shape `lengths`."""
     return value[tuple(slice(0, int(n)) for n in np.asarray(lengths))]
-
-
-def decode_bound_error(where: Any) -> DecodeBoundError:
-    """The error for an input whose unrolled decode loop (at `where`: file, line, code, max_len)
-    did not reach its exit within max_len iterations."""
-    file, line, code, max_len = where
-    return DecodeBoundError(
-        f"the loop at {os.path.basename(file)}:{line} was unrolled for at most max_len={max_len} iterations, "
-        "and this input needs more: the staged program did not reach the loop's exit",
-        location=Location(file, line, code),
-        fix=f"convert with a larger max_len (e.g. max_len={2 * max_len}), or with host=\"auto\" / \"dispatch\" "
-        "to run the loop exactly for every input")
 
 
 _NAMEDTUPLES: dict[tuple, type] = {}
