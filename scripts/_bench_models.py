@@ -29,11 +29,12 @@ def discover(dynn: bool, only: str | None = None) -> list[Entry]:
     found = [Entry(p.stem, "static", p) for p in sorted((ROOT / "examples").glob("*.py"))]
     found = [e for e in found if not e.path.name.startswith("_")]
     if dynn:
-        from examples.dynn import BOUNDED_MODELS, CONSTANT_FLAG_MODELS, DISPATCH_MODELS, MODELS
+        from examples.dynn import BOUNDED_MODELS, CONSTANT_FLAG_MODELS, DISPATCH_MODELS, MODELS, PADDED_MODELS
 
         folder = ROOT / "examples" / "dynn"
-        found += [Entry(n, "dynn", folder / f"{n}.py") for n in MODELS + BOUNDED_MODELS + CONSTANT_FLAG_MODELS]
-        found += [Entry(n, "dispatch", folder / f"{n}.py") for n in DISPATCH_MODELS]
+        staged = MODELS + BOUNDED_MODELS + CONSTANT_FLAG_MODELS + PADDED_MODELS  # padded: auto stages them
+        found += [Entry(n, "dynn", folder / f"{n}.py") for n in staged]
+        found += [Entry(n, "dispatch", folder / f"{n}.py") for n in DISPATCH_MODELS if n not in PADDED_MODELS]
     return [e for e in found if only is None or e.name == only]
 
 

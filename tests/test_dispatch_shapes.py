@@ -105,12 +105,19 @@ CASES = {"masked": MaskedSelect, "bound": ItemAsBound, "tokens": PythonTokens, "
 
 
 
+PADDED = {"grow", "tokens"}
+
+
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_auto_matches_torch_exactly(name: str) -> None:
     model = CASES[name]().eval()
     inputs = _inputs(name)
     jm = dycl_jax.to_jax(model, inputs[0])
-    assert jm.host == "dispatch", jm.report().dispatch_reason
+    # decode loops that a Python bound ends within 16 steps stage as one padded program (trimmed per call)
+    if name in PADDED:
+        assert jm.host == "staged" and jm.unroll is not None and jm.report().padded_reason
+    else:
+        assert jm.host == "dispatch", jm.report().dispatch_reason
     shapes = set()
     for k, args in enumerate(inputs):
         with torch.no_grad():
