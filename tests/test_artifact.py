@@ -22,7 +22,7 @@ import torch.nn as nn
 import dycl_jax
 from dycl_jax.errors import CallError, DecodeBoundError, DyclError, ExportCoverageWarning
 from dycl_jax.rewrite.api import run_dispatch_trace, run_torch_trace
-from examples.dynn import PADDED_MODELS, load
+from examples.dynn import load
 import converted  # tests/: the example conversions this process made already
 import torch_free  # tests/: a subprocess where torch cannot be imported
 from differential import assert_same  # pytest puts tests/ on sys.path
@@ -87,9 +87,9 @@ def _dispatch_case(name: str) -> tuple:
     MoE, converted here (not shared: the artifact holds what this jm compiled before export)."""
     mod = load(name)
     model, args = mod.example()
-    # (MoE stages by default, through its bounded form, and the padded examples as one padded
-    # program: their dispatch-host artifact is asked for)
-    jm = dycl_jax.to_jax(model, args, host="dispatch" if name == "moe" or name in PADDED_MODELS else "auto")
+    # (all four stage by default, MoE through its bounded form and the others as one padded
+    # program or a tensor argmax: their dispatch-host artifact is asked for)
+    jm = dycl_jax.to_jax(model, args, host="dispatch")
     # (captioning: two output lengths before export; the others, max length included, held out)
     chosen = mod.inputs(2) if name == "captioning" else _one_per_path(mod, model, 50)
     for a in chosen:  # the host compiles each region signature these inputs reach

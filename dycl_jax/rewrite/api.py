@@ -20,7 +20,7 @@ from dycl_jax.errors import DyclError, limitation
 from dycl_jax.analysis.dynamism import constructs, needs_rewrite
 from dycl_jax.analysis.scopes import function_locals
 from dycl_jax.rewrite import codegen, library_root, lifting, padding, pipeline
-from dycl_jax.rewrite.converters import bounded_rows
+from dycl_jax.rewrite.converters import bounded_rows, host_values
 from dycl_jax.rewrite.modes import exclusive
 from dycl_jax.rewrite.operators import staging, tracing  # noqa: F401  (re-exported for the capture stage)
 from dycl_jax.rewrite.templates import Context, user_scopes
@@ -272,6 +272,8 @@ def _plan(model: torch.nn.Module, method: str, unroll: UnrollOption | None = Non
             dynamic.add(fn)  # row writes through a selection (`if sel.numel() > 0:` is static)
         elif "data" in disc.code_names(fn.__code__) and _reads_data(read_function(fn).tree):
             dynamic.add(fn)  # torch.export cannot trace `.data`; the rewrite makes it `.detach()`
+        elif host_values.may_apply(disc.code_names(fn.__code__)) and host_values.applies(read_function(fn).tree):
+            dynamic.add(fn)  # `np.argmax([c.item() ...])`: the rewrite keeps the items tensors
     helper_fns = {h.fn for h in helpers}
     changed = True
     while changed:  # callers of rewritten helpers are rewritten too, to call the new version

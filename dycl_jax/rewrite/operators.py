@@ -32,13 +32,13 @@ from dycl_jax.rewrite.plan import Undefined
 from dycl_jax.rewrite.sites import Site
 from dycl_jax.rewrite.exits import ExitOnly, unless, with_dead  # noqa: F401  (unless: called by generated code)
 from dycl_jax.rewrite.exits import running as exit_running
-from dycl_jax.rewrite.values import and_value, data, getitem, np_reduce, or_value  # noqa: F401  (called by generated code)
+from dycl_jax.rewrite.values import and_value, data, getitem, item_operand, np_reduce, or_value  # noqa: F401  (called by generated code)
 from dycl_jax.rewrite.regions import NOT_STAGED, decide, defined, island, region  # noqa: F401  (dispatch host)
 from dycl_jax.rewrite.padding import decoded, unrolled  # noqa: F401  (unrolled decode loops)
 
 __all__ = ["Undefined", "staging", "tracing", "cond", "switch", "ifexp", "while_loop", "and_", "or_", "not_",
            "and_value", "or_value", "item", "as_bool", "as_float", "as_int", "stop", "own", "data", "unless",
-           "np_reduce", "getitem", "region", "decide", "defined", "island", "NOT_STAGED", "decoded", "unrolled",
+           "np_reduce", "item_operand", "getitem", "region", "decide", "defined", "island", "NOT_STAGED", "decoded", "unrolled",
            "is_view", "view_again"]
 
 

@@ -8,7 +8,7 @@ from dycl_jax.analysis.aliases import Aliases
 from dycl_jax.analysis.scopes import function_locals
 from dycl_jax.rewrite.converters import (bounded_rows, branches, closure_refresh, counted_while, decode_loops, dispatch_split, helpers, host_values, jump_else, logical, loop_exits, predicates,
                                          returns, side_effects, structured, super_calls, tensor_data,
-                                         ternary, undefined_init)
+                                         ternary, undefined_init, unread_lists)
 from dycl_jax.rewrite.templates import Context, user_scopes
 
 # Order matters: exits become flags (loops stop on them, see converters/loop_finalize.py)
@@ -19,6 +19,7 @@ PIPELINE: list[tuple[str, Callable[[ast.FunctionDef, Context], None]]] = [
     ("closure_refresh", closure_refresh.convert),  # before any body moves into a generated function
     ("super_calls", super_calls.convert),
     ("side_effects", side_effects.convert),
+    ("unread_lists", unread_lists.convert),  # after side_effects: a dropped `self.log = xs` was a read of xs
     ("helpers", helpers.convert),
     ("tensor_data", tensor_data.convert),
     ("predicates", predicates.convert),
@@ -42,6 +43,7 @@ PIPELINE: list[tuple[str, Callable[[ast.FunctionDef, Context], None]]] = [
 DISPATCH_PIPELINE: list[tuple[str, Callable[[ast.FunctionDef, Context], None]]] = [
     ("super_calls", super_calls.convert),
     ("side_effects", side_effects.convert),
+    ("unread_lists", unread_lists.convert),
     ("helpers", helpers.convert),
     ("counted_while", counted_while.convert),  # the loop can then be one staged island
     ("predicates", predicates.convert),  # static marks; `.item()` in dynamic tests stays a tensor

@@ -40,6 +40,14 @@ def np_reduce(fn: Callable, x: Any) -> Any:
     return fn(x)
 
 
+def item_operand(x: Any) -> Any:
+    """`x.item()` as an element of a numpy index reduction (converters/host_values.py): staged or
+    traced, the one-element tensor itself (np_reduce stacks it); eager, the Python number."""
+    if isinstance(x, torch.Tensor) and _traced() and x.numel() == 1:
+        return x.reshape(())
+    return x.item()
+
+
 _LIST_FIX = "keep the list elements tensors of one shape and dtype (or index it with a Python int)"
 _SELECTION = "; a list indexed by a tensor becomes a selection among its elements"
 

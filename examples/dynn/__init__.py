@@ -37,18 +37,18 @@ MODELS = (
     "energy_selector",
     "nested_while_if",
     "while_modulelist",  # a counted `while` over a ModuleList: staged as a static `for` (counted_while.py)
+    "numpy_fallback",  # `np.argmax([c.item() for c in cs])`: a tensor argmax when staged (host_values.py)
+    "skip_logging",  # a list only appended to, never read: dropped (unread_lists.py)
 )
 
 # Output shapes or structure depend on the data (decode loops, shape-changing branches,
-# data-dependent indexing), or the forward leans on host-only constructs (numpy on tensor
-# values, Python lists of logged ints): these need per-call dispatch rather than one trace.
+# data-dependent indexing, sizes read with `.tolist()`): these need per-call dispatch rather
+# than one trace, unless a padded form holds them (below).
 DISPATCH_MODELS = (
     "captioning",
     "captioning_teacher",
     "greedy_nmt",
     "shape_branch",
-    "numpy_fallback",
-    "skip_logging",
 )
 
 # Of those, the ones `host="auto"` stages as one padded program (convert._padded): a decode loop
