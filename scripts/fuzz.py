@@ -27,6 +27,7 @@ import contextlib
 import copy
 import io
 import random
+import re
 import signal
 import sys
 import time
@@ -44,12 +45,14 @@ import torch
 from flax import nnx
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+for _path in (ROOT, ROOT / "scripts"):  # dycl_jax and examples; fuzz_minimise beside this file
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
 
 import dycl_jax  # noqa: E402
 from dycl_jax.errors import DyclError, raised_by_us  # noqa: E402
 from dycl_jax.rewrite.api import run_dispatch_trace, run_torch_trace  # noqa: E402
+from fuzz_minimise import Minimised, minimise  # noqa: E402  (scripts/ is on sys.path)
 
 N_LAYERS = 3
 WIDTH = 6
@@ -76,6 +79,9 @@ class _Gen:
         self.view = extra.choice([None, None, "v[0]", "v[:, 1:]", "v.view(-1)", "v.transpose(0, 1)"]) if extra else None
         self.listed = bool(extra and extra.random() < 0.25)  # `xs = [v]`, updated through `xs[0]`
         self.as_dict = bool(extra and extra.random() < 0.25)  # forward returns a dict
+        # `if p: break/continue/return` inside blocks nested two deep (an inner loop's body, or an
+        # if inside it): breaks at both levels of nested loops
+        self.deep_jumps = bool(extra and extra.random() < 0.5)
         self.loop_vars = 0
         self.calls_sub = False  # a submodule with its own dynamic branches is called
         self.half = False  # some values go through float16
@@ -178,7 +184,10 @@ class _Gen:
         lines: list[str] = []
         for _ in range(n if n is not None else r.randint(1, 2)):
             k = r.random()
-            if depth >= 2 or k < 0.45:
+            if depth >= 2 and self.deep_jumps and k < 0.3:
+                lines.append(f"if {self.pred()}:")
+                lines.append("    " + (r.choice(["break", "continue", self.ret()]) if in_loop else self.ret()))
+            elif depth >= 2 or k < 0.45:
                 lines.append(self.simple())
             elif k < 0.65:
                 lines.extend(self.if_chain(depth, in_loop))
@@ -468,6 +477,32 @@ def campaign(seeds: list[int], folder: Path, deadline: float | None = None, verb
     return results
 
 
+def bug_kind(outcome: Outcome) -> str:
+    """"mismatch" for a wrong answer, else the name of the exception that escaped: a smaller
+    program counts as showing the same bug only with the same kind."""
+    if outcome.detail.startswith(("input ", "jm.")):
+        return "mismatch"
+    found = re.findall(r"\b(\w+(?:Error|Exception))\b", outcome.detail)
+    return found[-1] if found else outcome.detail.split(":", 1)[0]
+
+
+def minimise_seed(seed: int, folder: Path, extended: bool = True, max_checks: int = 400,
+                  source: str | None = None) -> tuple[Outcome, Minimised | None]:
+    """The seed's outcome and, for a bug, its program shrunk to the statements that still show
+    the same kind of bug on the inputs it failed on (fuzz_minimise.py)."""
+    first = check(seed, folder, source=source, extended=extended)
+    if first.kind != "bug":
+        return first, None
+    failed = re.match(r"(?:jm\.\w+, )?input (\d+)", first.detail)
+    only = (0, int(failed.group(1))) if failed else None  # the conversion takes input 0 either way
+    kind = bug_kind(first)
+
+    def fails(src: str) -> bool:
+        out = check(seed, folder, source=src, only=only, extended=extended)
+        return out.kind == "bug" and bug_kind(out) == kind
+    return first, minimise(source if source is not None else program(seed, extended), fails, max_checks)
+
+
 def summary(results: list[Outcome]) -> str:
     kinds = {k: sum(r.kind == k for r in results) for k in ("match", "refused", "invalid", "numeric", "bug")}
     hosts = {h: sum(r.host == h for r in results if r.kind == "match") for h in ("staged", "dispatch")}
@@ -494,6 +529,9 @@ def main() -> None:
     ap.add_argument("--show", type=int, default=None, help="print the program of one seed")
     ap.add_argument("--plain", action="store_true", help="without views, list aliases and dict outputs")
     ap.add_argument("--dir", default=None, help="where the generated module files go (default: a temp dir)")
+    ap.add_argument("--minimise", type=int, default=None, metavar="SEED",
+                    help="shrink one seed's failing program and write it to --dir")
+    ap.add_argument("--minimise-bugs", action="store_true", help="in a campaign, shrink each bug found")
     args = ap.parse_args()
     if args.show is not None:
         print(program(args.show, not args.plain))
@@ -510,6 +548,9 @@ def main() -> None:
         sys.exit(1)
 
     signal.signal(signal.SIGTERM, stopped)
+    if args.minimise is not None:
+        _print_minimised(args.minimise, folder, not args.plain)
+        return
     if args.minutes is not None:
         start = random.randrange(10**6, 10**9)
         campaign(list(range(start, start + 10**6)), folder, time.time() + 60 * args.minutes, results=results,
@@ -521,7 +562,20 @@ def main() -> None:
     bugs = [r.seed for r in results if r.kind == "bug"]
     if bugs:
         print("bug seeds:", bugs)
+        for seed in bugs if args.minimise_bugs else ():
+            _print_minimised(seed, folder, not args.plain)
         sys.exit(1)
+
+
+def _print_minimised(seed: int, folder: Path, extended: bool) -> None:
+    first, small = minimise_seed(seed, folder, extended)
+    if small is None:
+        print(f"seed {seed}: {first.kind}, nothing to minimise")
+        return
+    path = folder / f"minimised_{seed}.py"
+    path.write_text(f"# scripts/fuzz.py seed {seed} ({first.host}): {first.detail.splitlines()[-1]}\n{small.source}\n")
+    print(f"seed {seed}: {bug_kind(first)}, forward statements {small.statements[0]} -> {small.statements[1]} "
+          f"({small.checks} checks{'' if small.complete else ', stopped early'}); written to {path}\n{small.source}")
 
 
 if __name__ == "__main__":

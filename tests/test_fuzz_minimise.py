@@ -1,0 +1,84 @@
+"""The fuzz minimiser (scripts/fuzz_minimise.py) shrinks a failing program to the statements the
+failure needs, keeps it failing and valid, and leaves `__init__` (the seeded weights) alone."""
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+
+import fuzz  # noqa: E402
+from fuzz_minimise import minimise  # noqa: E402
+
+SEED = 29  # its forward hashes `cnt` (int64 `%`)
+BUG_SEED = 6  # converts and matches torch; a Linear on one path feeds the output
+
+
+def _runs_in_torch(source: str, folder: Path) -> bool:
+    """The program is valid: torch runs it on the seed's inputs."""
+    try:
+        model = fuzz.build(SEED, folder, source)
+        with torch.no_grad():
+            for args in fuzz.inputs(SEED):
+                model(*args)
+    except Exception:  # noqa: BLE001 - a removal left a name unassigned, etc.
+        return False
+    return True
+
+
+def _forward_statements(source: str) -> list[str]:
+    tree = ast.parse(source)
+    fwd = next(f for c in tree.body if isinstance(c, ast.ClassDef) and c.name == "Fuzzed"
+               for f in c.body if isinstance(f, ast.FunctionDef) and f.name == "forward")
+    return [ast.unparse(s) for s in ast.walk(fwd) if isinstance(s, ast.stmt) and s is not fwd]
+
+
+def test_shrinks_to_what_the_failure_needs(tmp_path) -> None:
+    source = fuzz.program(SEED, extended=True)
+    # a stand-in oracle: "fails" while the program is valid and still computes `cnt` with an
+    # int64 hash, so the statements the hash needs must stay and every other one can go
+    def fails(src: str) -> bool:
+        return "% " in src and _runs_in_torch(src, tmp_path)
+
+    assert fails(source), "the seed's program has no hash statement: pick another seed"
+    small = minimise(source, fails)
+    assert small.complete and fails(small.source)
+    before, after = small.statements
+    assert after < before and after <= 8, (before, after, small.source)
+    # nothing left can go: removing any one remaining forward statement loses the failure
+    tree = ast.parse(small.source)
+    fwd = next(f for c in tree.body if isinstance(c, ast.ClassDef) and c.name == "Fuzzed"
+               for f in c.body if isinstance(f, ast.FunctionDef) and f.name == "forward")
+    for i in range(len(fwd.body)):
+        shorter = ast.parse(small.source)
+        body = next(f for c in shorter.body if isinstance(c, ast.ClassDef) and c.name == "Fuzzed"
+                    for f in c.body if isinstance(f, ast.FunctionDef) and f.name == "forward").body
+        del body[i]
+        body[:] = body or [ast.Pass()]
+        assert not fails(ast.unparse(shorter)), f"statement {i} of the minimised forward is not needed"
+    # the constructors (and so the weights the seed makes) are unchanged
+    init = [ast.unparse(f) for c in ast.parse(source).body if isinstance(c, ast.ClassDef)
+            for f in c.body if isinstance(f, ast.FunctionDef) and f.name == "__init__"]
+    assert init == [ast.unparse(f) for c in tree.body if isinstance(c, ast.ClassDef)
+                    for f in c.body if isinstance(f, ast.FunctionDef) and f.name == "__init__"]
+
+
+def test_a_real_oracle_keeps_the_bug_and_its_kind(tmp_path, monkeypatch) -> None:
+    """A wrong lowering put in on purpose (Linear's addmm scaled by 0.9): the minimised program
+    still differs from torch, and is much smaller."""
+    import dycl_jax.lower.ops  # noqa: F401  (registers every lowering)
+    from dycl_jax.lower import registry
+
+    table = registry._TABLE
+    addmm = torch.ops.aten.addmm.default
+    right = table[addmm]
+    monkeypatch.setitem(table, addmm, lambda *args, **kwargs: 0.9 * right(*args, **kwargs))
+    first, small = fuzz.minimise_seed(BUG_SEED, tmp_path, extended=True, max_checks=250)  # ~180 checks, ~40 s
+    assert first.kind == "bug" and fuzz.bug_kind(first) == "mismatch", first
+    assert small is not None and fuzz.check(BUG_SEED, tmp_path, source=small.source, extended=True).kind == "bug"
+    assert "self.l0(" in small.source
+    # 28 statements -> the 10 the return's values and the Linear need: nothing of the branches
+    assert small.complete and small.statements[1] <= 12, (small.statements, small.source)
