@@ -181,3 +181,30 @@ def test_a_fill_of_a_symbolic_size_stays_int32():
     for n in (2, 7):
         x = torch.randn(n, 5)
         _exact(model(x), jm(x), f"rows={n}")
+
+
+class CastsOutOfRange(nn.Module):
+    """Float → int casts of NaN, ±inf and values beyond the target's range, in three styles."""
+
+    def forward(self, x):
+        return x.long(), x.int(), (x * 2).to(torch.int64), x.to(torch.uint8), x.short(), x.char(), \
+            x.type(torch.LongTensor)
+
+
+SPECIAL = [float("nan"), float("inf"), -float("inf"), 3e9, -3e9, 1e20, -1e20, 2.5, -2.5, 200.0, -129.0, 65504.0]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16])
+@pytest.mark.parametrize("host", ["staged", "dispatch"])
+def test_float_to_int_casts_outside_the_range_follow_torch(dtype, host):
+    # torch's CPU cast is the machine's C cast (x86: the most negative int for NaN, inf and
+    # out-of-range values); XLA alone saturates, so 0 for NaN and the maximum for inf
+    model = CastsOutOfRange()
+    x = torch.tensor(SPECIAL, dtype=dtype)
+    jm = dycl_jax.to_jax(model, (x,), host=host)
+    with torch.no_grad():
+        want = model(x)
+    got = jm(x)
+    assert len(want) == len(got)
+    for k, (w, g) in enumerate(zip(want, got)):
+        assert np.asarray(g).tolist() == w.tolist(), (k, x.tolist(), w.tolist(), np.asarray(g).tolist())

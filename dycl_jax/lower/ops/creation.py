@@ -1,6 +1,7 @@
 """Tensor factories (full, zeros, empty, arange, linspace, eye, tril) and dtype casts / copies."""
 from __future__ import annotations
 
+import platform
 from typing import Any, Sequence
 
 import jax.numpy as jnp
@@ -251,17 +252,36 @@ def triu(x, diagonal=0):
 
 
 # ---------------------------------------------------------------------------- casts, copies
+# torch's CPU kernels convert float → int with the C cast, whose result outside the target's
+# range (NaN and ±inf included) is the machine's: x86 gives the "integer indefinite" value, the
+# most negative int; ARM saturates (NaN → 0), as XLA does everywhere
+_INDEFINITE = platform.machine().lower() in ("x86_64", "amd64", "i386", "i686")
+
+
 @register(aten._to_copy.default)
 def to_copy(x, *, dtype=None, layout=None, device=None, pin_memory=None, non_blocking=False, memory_format=None):
     # float → int truncates toward zero and any → bool tests != 0, in torch and in XLA alike
     if dtype is None:
         return x
     target = jdtype(dtype)
-    if jnp.issubdtype(x.dtype, jnp.floating) and target in (jnp.uint8, jnp.int8, jnp.int16):
-        # torch converts through a 32-bit int and keeps the low bits (-1.0 → 255 as uint8);
-        # XLA would saturate instead
-        return x.astype(jnp.int32).astype(target)
+    if jnp.issubdtype(x.dtype, jnp.floating) and (jnp.issubdtype(target, jnp.signedinteger) or target == jnp.uint8):
+        return _float_to_int(x, target)
     return x.astype(target)
+
+
+def _float_to_int(x, target):
+    """torch's float → signed int (or uint8) cast: truncation toward zero; narrow targets go
+    through a 32-bit int and keep its low bits (-1.0 → 255 as uint8), where XLA would saturate;
+    values outside the (32-bit) range follow this machine's C cast (see _INDEFINITE)."""
+    via = jnp.int32 if target in (jnp.uint8, jnp.int8, jnp.int16) else target
+    out = x.astype(via)
+    if _INDEFINITE:
+        low = int(jnp.iinfo(via).min)
+        # -2^31 and -2^63 are exact in every float dtype; a float16 bound rounds to -inf, and
+        # every finite float16 is in range, so the test stays right; NaN fails both sides
+        inside = (x >= float(low)) & (x < -float(low))
+        out = jnp.where(inside, out, jnp.asarray(low, via))
+    return out if via == target else out.astype(target)
 
 
 @register(torch.ops.prims.convert_element_type.default)
