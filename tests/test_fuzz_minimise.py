@@ -29,11 +29,15 @@ def _runs_in_torch(source: str, folder: Path) -> bool:
     return True
 
 
-def _forward_statements(source: str) -> list[str]:
-    tree = ast.parse(source)
-    fwd = next(f for c in tree.body if isinstance(c, ast.ClassDef) and c.name == "Fuzzed"
-               for f in c.body if isinstance(f, ast.FunctionDef) and f.name == "forward")
-    return [ast.unparse(s) for s in ast.walk(fwd) if isinstance(s, ast.stmt) and s is not fwd]
+def _forward(tree: ast.Module) -> ast.FunctionDef:
+    """`Fuzzed.forward` of a parsed program."""
+    return next(f for c in tree.body if isinstance(c, ast.ClassDef) and c.name == "Fuzzed"
+                for f in c.body if isinstance(f, ast.FunctionDef) and f.name == "forward")
+
+
+def _inits(tree: ast.Module) -> list[str]:
+    return [ast.unparse(f) for c in tree.body if isinstance(c, ast.ClassDef)
+            for f in c.body if isinstance(f, ast.FunctionDef) and f.name == "__init__"]
 
 
 def test_shrinks_to_what_the_failure_needs(tmp_path) -> None:
@@ -50,20 +54,14 @@ def test_shrinks_to_what_the_failure_needs(tmp_path) -> None:
     assert after < before and after <= 8, (before, after, small.source)
     # nothing left can go: removing any one remaining forward statement loses the failure
     tree = ast.parse(small.source)
-    fwd = next(f for c in tree.body if isinstance(c, ast.ClassDef) and c.name == "Fuzzed"
-               for f in c.body if isinstance(f, ast.FunctionDef) and f.name == "forward")
-    for i in range(len(fwd.body)):
+    for i in range(len(_forward(tree).body)):
         shorter = ast.parse(small.source)
-        body = next(f for c in shorter.body if isinstance(c, ast.ClassDef) and c.name == "Fuzzed"
-                    for f in c.body if isinstance(f, ast.FunctionDef) and f.name == "forward").body
+        body = _forward(shorter).body
         del body[i]
         body[:] = body or [ast.Pass()]
         assert not fails(ast.unparse(shorter)), f"statement {i} of the minimised forward is not needed"
     # the constructors (and so the weights the seed makes) are unchanged
-    init = [ast.unparse(f) for c in ast.parse(source).body if isinstance(c, ast.ClassDef)
-            for f in c.body if isinstance(f, ast.FunctionDef) and f.name == "__init__"]
-    assert init == [ast.unparse(f) for c in tree.body if isinstance(c, ast.ClassDef)
-                    for f in c.body if isinstance(f, ast.FunctionDef) and f.name == "__init__"]
+    assert _inits(ast.parse(source)) == _inits(tree)
 
 
 def test_a_real_oracle_keeps_the_bug_and_its_kind(tmp_path, monkeypatch) -> None:

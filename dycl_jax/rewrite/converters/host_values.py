@@ -77,9 +77,14 @@ def may_apply(names: set[str]) -> bool:
 def applies(tree: ast.AST) -> bool:
     """The function reduces `.item()` values with an index reduction: a method without any
     branch still needs the rewrite, or torch.export guards on the Python floats."""
+    # by the written name (`np.argmax`, or `argmax` imported by that name): the converter then
+    # checks that it is numpy's
     return any(isinstance(n, ast.Call) and len(n.args) == 1 and _items_listed(n.args[0])
-               and (getattr(n.func, "attr", None) or getattr(n.func, "id", None)) in _INDEX_REDUCTIONS
-               for n in ast.walk(tree))
+               and _written_name(n.func) in _INDEX_REDUCTIONS for n in ast.walk(tree))
+
+
+def _written_name(f: ast.expr) -> str | None:
+    return f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else None
 
 
 def _items_as_operands(arg: ast.expr) -> ast.expr:
