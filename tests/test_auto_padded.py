@@ -237,3 +237,24 @@ def test_max_len_on_a_method_without_a_loop_returns_exact_values() -> None:
     for args in mod.inputs(10, seed=1):
         with torch.no_grad():
             assert_same(model(*args), jm(*args), "max_len")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "int32", "bool"])
+def test_trim_cuts_padding_exactly(dtype: str) -> None:
+    """`trim` (runtime/loaded.py) keeps the leading `lengths` of every axis, of a device array (a
+    jitted cut per true shape) and of a numpy one alike; nothing to cut returns the array itself."""
+    import jax
+    import numpy as np
+
+    from dycl_jax.runtime.loaded import trim
+
+    full = (np.arange(4 * 5 * 3).reshape(4, 5, 3) % 7).astype(dtype)
+    device = jax.numpy.asarray(full)
+    for lengths in ([4, 5, 3], [1, 5, 3], [4, 2, 1], [0, 5, 3], [2, 3, 2]):
+        want = full[: lengths[0], : lengths[1], : lengths[2]]
+        for value in (device, full):
+            got = trim(value, jax.numpy.asarray(lengths, dtype="int32"))
+            assert got.shape == want.shape and np.asarray(got).dtype == want.dtype, (lengths, got.shape)
+            np.testing.assert_array_equal(np.asarray(got), want)
+        assert trim(device, np.array(lengths)) is not device or list(lengths) == [4, 5, 3]
+    assert trim(device, np.array([4, 5, 3])) is device

@@ -30,7 +30,25 @@ _CONSTANT_TYPES = (int, float, bool, complex, str, bytes, type(None), type(Ellip
 
 class HostValueError(CaptureError):
     """The region returns a value computed from tensor data (e.g. `.item()`) or an object that
-    cannot be a constant of its input shapes: it runs on the host instead."""
+    cannot be a constant of its input shapes: it runs on the host instead. `output`: which of
+    the region's outputs holds it, where known (the host then splits at the statement writing
+    that output rather than searching by halves, which leaves needless parts)."""
+
+    def __init__(self, message: str, output: int | None = None) -> None:
+        super().__init__(message)
+        self.output = output
+
+
+def _output_of(out: Any, k: int) -> int | None:
+    """Position, in a region body's `(outputs, attributes)` result, of the output holding flat leaf k."""
+    if not (isinstance(out, tuple) and len(out) == 2 and isinstance(out[0], tuple)):
+        return None
+    for j, o in enumerate(out[0]):
+        n = len(jax.tree_util.tree_leaves(keep_order(o)))
+        if k < n:
+            return j
+        k -= n
+    return None  # a module attribute's value
 
 
 @dataclass
@@ -94,7 +112,7 @@ class _CallWrapper(torch.nn.Module):
         computed: list[int_inputs.IntResult] = []  # ints and bools the host computes from the call's ints
         unresolved: set = set()  # symbols behind an output the host cannot compute: they must be static
         made: dict[int, int] = {}  # id of an output tensor -> its slot: names of one tensor get one array
-        for v in flat:
+        for k, v in enumerate(flat):
             passed.append(kept.get(id(v)))
             if passed[-1] is not None:
                 slots.append(None)
@@ -116,14 +134,16 @@ class _CallWrapper(torch.nn.Module):
                 slots.append(None)
                 constants.append(None)
             elif isinstance(v, (torch.SymInt, torch.SymFloat, torch.SymBool)):
-                raise HostValueError(f"a Python value computed from tensor data ({type(v).__name__} {v})")
+                raise HostValueError(f"a Python value computed from tensor data ({type(v).__name__} {v})",
+                                     _output_of(out, k))
             elif isinstance(v, _CONSTANT_TYPES):
                 # a slice or size holding a symbolic int is no constant: those ints must be static
                 unresolved |= {s for p in _parts(v) if isinstance(p, torch.SymInt) for s in p.node.expr.free_symbols}
                 slots.append(None)
                 constants.append(v)
             else:
-                raise HostValueError(f"a {type(v).__name__} object, which is not a tensor or a Python constant")
+                raise HostValueError(f"a {type(v).__name__} object, which is not a tensor or a Python constant",
+                                     _output_of(out, k))
         self._sink.update(tree=tree, slots=slots, constants=constants, mutated=mutated, passed=passed,
                           computed=computed, unresolved=unresolved, views=view_pairs(leaves, flat))
         return tuple(results)

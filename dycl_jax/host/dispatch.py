@@ -287,6 +287,15 @@ class RegionState:
     parts: list[Part]
 
 
+def _writer(spec: RegionSpec, part: Part, output: int | None) -> int | None:
+    """Index in the part of the last statement writing its output number `output` (None: unknown)."""
+    if output is None:
+        return None
+    name = part.outs[output]
+    at = [i for i in range(part.first, part.stop) if name in spec.statements[i].outs]
+    return at[-1] - part.first if at else None
+
+
 def _part(spec: RegionSpec, first: int, stop: int) -> Part:
     """Inputs: names read before written inside; outputs: names written that later statements
     of the region, or the code after it, read."""
@@ -831,6 +840,8 @@ class DispatchHost:
             return self._on_host(st, part, fns, leaves, tree, key)
         # split where it failed (the statement in the traceback), else in halves, and run the pieces
         k = values.failing_statement(exc, fns[part.first:part.stop])
+        if k is None:
+            k = _writer(st.spec, part, getattr(exc, "output", None))
         cuts = [part.first, part.first + k, part.first + k + 1, part.stop] if k is not None \
             else [part.first, part.first + n // 2, part.stop]
         return self._split(st, part, fns, vals, cuts)
