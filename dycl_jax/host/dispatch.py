@@ -30,7 +30,7 @@ from dycl_jax.capture.ordered_dicts import leaves_in_order
 from dycl_jax.capture.region import HostValueError, capture_call, lost_update, view_pairs
 from dycl_jax.errors import (AliasedUpdateError, CallError, DyclError, InputMutationError, Location,
                              StagedAliasError, limitation, raised_by_us)
-from dycl_jax.host import jax_ops, training, values
+from dycl_jax.host import jax_ops, reads, training, values
 from dycl_jax.host.carried import StandUsed, carry, only_moves
 from dycl_jax.host.attributes import DynamicAttributes
 from dycl_jax.host.module_state import ModuleState
@@ -245,6 +245,7 @@ _MISSED = object()  # no compiled program for this call (DispatchHost._compiled_
 DIRECT = "python"  # a signature with no tensors in or out: the statements run as plain Python
 EAGER = "host"  # the part runs on the host (JAX ops on concrete arrays, or torch)
 CARRIED = "carried"  # its statements only move their arrays: they run as Python (host/carried.py)
+READ = "read"  # `n = t.tolist()` of an array: read with numpy on the host (host/reads.py)
 
 
 @dataclass
@@ -522,6 +523,11 @@ class DispatchHost:
                               if c.guard is None or c.guard(leaves)), None)
                 if entry is not None:
                     part.served[id(entry)][key] = None
+        if entry is None or entry == READ:
+            got = self._read(st.spec, part, vals)
+            if got is not reads.NOT_READ:
+                part.cache[key] = READ
+                return got
         if isinstance(entry, Compiled):
             if entry.mutated:
                 self._check_arguments_kept(st.spec, part, leaves, entry.mutated)
@@ -538,6 +544,19 @@ class DispatchHost:
         if attrs is not None:
             self.attrs.write(new_attrs)
         return outs
+
+    @staticmethod
+    def _read(spec: RegionSpec, part: Part, vals: tuple) -> Any:
+        """A read statement's outputs, read with numpy (host/reads.py), or reads.NOT_READ."""
+        form = spec.statements[part.first].read
+        if form is None or part.stop - part.first != 1 or spec.kind != "region":
+            return reads.NOT_READ
+        got = reads.read(form, vals[part.ins.index(form.source)])
+        if got is reads.NOT_READ:
+            return got
+        if part.host_reason is None:
+            part.host_reason = f"it reads tensor data into Python (`.{form.method}()`); numpy reads the array"
+        return (got,) if part.outs else ()
 
     def _body(self, spec: RegionSpec, part: Part, fns: Sequence[Callable]) -> Callable:
         """The part as one function of (values, attribute values) -> (outputs, attribute values)."""

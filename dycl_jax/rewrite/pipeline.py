@@ -6,7 +6,7 @@ from typing import Callable
 
 from dycl_jax.analysis.aliases import Aliases
 from dycl_jax.analysis.scopes import function_locals
-from dycl_jax.rewrite.converters import (bounded_rows, branches, closure_refresh, counted_while, decode_loops, dispatch_split, helpers, host_values, jump_else, logical, loop_exits, predicates,
+from dycl_jax.rewrite.converters import (bounded_rows, branches, closure_refresh, counted_while, decode_loops, dispatch_split, helpers, host_reads, host_values, jump_else, logical, loop_exits, predicates,
                                          returns, side_effects, structured, super_calls, tensor_data,
                                          ternary, undefined_init, unread_lists)
 from dycl_jax.rewrite.templates import Context, user_scopes
@@ -47,6 +47,7 @@ DISPATCH_PIPELINE: list[tuple[str, Callable[[ast.FunctionDef, Context], None]]] 
     ("helpers", helpers.convert),
     ("counted_while", counted_while.convert),  # the loop can then be one staged island
     ("predicates", predicates.convert),  # static marks; `.item()` in dynamic tests stays a tensor
+    ("host_reads", host_reads.convert),  # `n = (t - 1).tolist()`: the subtraction joins the region
     ("dispatch_split", dispatch_split.convert),
 ]
 

@@ -19,6 +19,7 @@ from typing import Callable
 from dycl_jax.analysis.scopes import Access, access, function_locals, helper_arguments, param_names
 from dycl_jax.rewrite.appends import appended, copied, rebound
 from dycl_jax.rewrite.converters.branches import liveness
+from dycl_jax.rewrite.converters.host_reads import READ_TEMP, read_form
 from dycl_jax.rewrite.converters.logical import _Logical, truth
 from dycl_jax.rewrite.regions import RegionSpec, StatementSpec
 from dycl_jax.rewrite.templates import (OPS, SITES, Context, const, function, locate, name, op_call, set_name, tuple_of,
@@ -466,10 +467,12 @@ class _Splitter:
             fn_name = self.ctx.fresh("s")
             defs.append(locate(function(fn_name, ins, [*self._unbind(plain), s], outs), s))
             stmts.append(StatementSpec(fn_name, tuple(ins), tuple(outs), s.lineno, self.ctx.code(s.lineno),
-                                       appended(s), tuple(sorted(rebound([s]) & set(outs))), copied(s)))
+                                       appended(s), tuple(sorted(rebound([s]) & set(outs))), copied(s),
+                                       read_form(s)))
         elsewhere = {n for n, c in self.reads.items() if c > run_reads.get(n, 0)}
         # generated temps (tests, iterables, return values) are read by the host code after the region
-        outs = sorted(n for n in defined if n in elsewhere or n in exposed or n in forced or n.startswith("_dycl_"))
+        outs = sorted(n for n in defined if n in elsewhere or n in exposed or n in forced
+                      or n.startswith("_dycl_") and not n.startswith(READ_TEMP))
         live = self._live_after(run)
         spec = RegionSpec(self.ctx.src.file, run[0].lineno, tuple(stmts), tuple(exposed), tuple(outs),
                           live_after=None if live is None else frozenset(live),
@@ -509,7 +512,8 @@ def convert(scope: ast.FunctionDef, ctx: Context) -> None:
     body = _Splitter(scope, ctx).function_body(scope.body)
     # regions take their inputs as arguments: a name still unassigned on this path (read only
     # behind a short-circuit, say) is passed as an Undefined that fails only if it is used
-    unset = sorted(n for n in function_locals(scope) - params if not n.startswith("_dycl_"))
+    # (a read's temp too: an island taking the names its construct reads may list it)
+    unset = sorted(n for n in function_locals(scope) - params if not n.startswith("_dycl_") or n.startswith(READ_TEMP))
     init = [locate(set_name(n, op_call("Undefined", const(n))), scope) for n in unset]
     scope.body = [*init, *body] or [ast.Pass()]
 

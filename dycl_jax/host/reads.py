@@ -1,0 +1,39 @@
+"""Host reads: a statement `n = t.tolist()` / `n = [int|float|bool](t.item())` of an array (the
+dispatch rewrite leaves reads in that form, rewrite/converters/host_reads.py), read with numpy.
+
+The statement gives a Python value computed from tensor data, so it always runs on the host.
+Run as a host statement it would cross into torch and back op by op (~250 µs in a decode loop);
+numpy gives torch's values: `.tolist()`/`.item()` turn every element into the Python int, float
+or bool of its exact value, and an int64 tensor the host holds as int32 has the same values.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import numpy as np
+
+from dycl_jax.rewrite.converters.host_reads import ReadForm
+
+# dtypes whose numpy elements become the Python values torch gives (bfloat16 and complex go
+# the usual way, through torch)
+_PLAIN = frozenset(np.dtype(d) for d in ("bool", "int8", "int16", "int32", "int64", "uint8",
+                                          "float16", "float32", "float64"))
+_WRAP = {"int": int, "float": float, "bool": bool}
+NOT_READ = object()  # this value is not read here: the statement runs as a host statement
+
+
+def read(form: ReadForm, value: Any) -> Any:
+    """The statement's value for the array `value`, or NOT_READ (not an array of a plain dtype,
+    inside a JAX transformation, or `.item()` of several elements: torch's own error then)."""
+    if not isinstance(value, (np.ndarray, jax.Array)) or isinstance(value, jax.core.Tracer) \
+            or np.dtype(value.dtype) not in _PLAIN:
+        return NOT_READ
+    arr = np.asarray(value)
+    if form.method == "item":
+        if arr.size != 1:
+            return NOT_READ
+        out = arr.reshape(()).item()
+    else:
+        out = arr.tolist()
+    return _WRAP[form.wrapper](out) if form.wrapper else out
