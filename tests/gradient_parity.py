@@ -8,6 +8,8 @@ import numpy as np
 import torch
 from flax import nnx
 
+from dycl_jax.rewrite.padding import Padded
+
 
 def _loss_torch(out) -> torch.Tensor:
     leaves = torch.utils._pytree.tree_leaves(out)
@@ -15,8 +17,21 @@ def _loss_torch(out) -> torch.Tensor:
 
 
 def _loss_jax(out) -> jax.Array:
-    leaves = [jnp.asarray(v) for v in jax.tree_util.tree_leaves(out)]
-    return sum(v.sum() for v in leaves if jnp.issubdtype(v.dtype, jnp.floating))
+    # a padded output (`jm.apply` of a padded program) counts its true part only, as torch's exact one
+    leaves = jax.tree_util.tree_leaves(out, is_leaf=lambda v: isinstance(v, Padded))
+    return sum(_true_part(v).sum() for v in leaves
+               if jnp.issubdtype(v.value.dtype if isinstance(v, Padded) else v.dtype, jnp.floating))
+
+
+def _true_part(v) -> jax.Array:
+    """`v`, or a Padded value with its padding zeroed: the elements below its length on every axis."""
+    if not isinstance(v, Padded):
+        return jnp.asarray(v)
+    value = jnp.asarray(v.value)
+    keep = jnp.ones(value.shape, bool)
+    for axis in range(value.ndim):
+        keep &= jax.lax.broadcasted_iota(jnp.int32, value.shape, axis) < v.lengths[axis]
+    return jnp.where(keep, value, 0)
 
 
 def one_per_path(mod, model, inputs: list[tuple], labels: list[tuple] | None = None) -> list[tuple]:

@@ -258,3 +258,17 @@ def test_trim_cuts_padding_exactly(dtype: str) -> None:
             np.testing.assert_array_equal(np.asarray(got), want)
         assert trim(device, np.array(lengths)) is not device or list(lengths) == [4, 5, 3]
     assert trim(device, np.array([4, 5, 3])) is device
+
+
+@pytest.mark.parametrize("name", ["captioning", "shape_branch"])  # (greedy_nmt returns tokens only)
+def test_padded_gradients_match_torch_autograd(name: str) -> None:
+    """`jax.grad` of `jm.apply` (the padded program, its loss over the true part of each padded
+    output) equals torch autograd on the original model, one input per output length."""
+    from gradient_parity import assert_gradients_match, one_per_path
+
+    mod = load(name)
+    model, jm = _converted(name)
+    assert jm.host == "staged"
+    cases = one_per_path(mod, model, mod.inputs(N_INPUTS))
+    assert len(cases) >= 2, "the inputs should give several output lengths"
+    assert_gradients_match(model, jm, cases, name)

@@ -14,7 +14,8 @@ from differential import assert_same
 
 
 class ListAfterWork(nn.Module):
-    """Four tensor statements, then lengths read with `.tolist()`, then a slice by their maximum."""
+    """Four tensor statements, then lengths read into a list (not a bare read: a host statement), then
+    a slice by their maximum."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -26,7 +27,7 @@ class ListAfterWork(nn.Module):
         h = torch.relu(h)
         g = self.b(h)
         g = g * 2
-        lens = (lengths - 1).tolist()
+        lens = [v - 1 for v in lengths.tolist()]
         out = g[: max(lens)]
         return out, lens
 
@@ -42,8 +43,8 @@ class ItemBetween(nn.Module):
         y = self.a(x)
         y = y - y.mean()
         y = torch.tanh(y)
-        k = int((y > 0).sum().item())
-        y = y[:max(k, 1)]
+        k = max(int((y > 0).sum().item()), 1)
+        y = y[:k]
         return y * 3, k
 
 

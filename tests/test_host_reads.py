@@ -56,10 +56,34 @@ class Reads(nn.Module):
         return mask, small, half, big, raw, scalar, x + len(mask)
 
 
+class Routes(nn.Module):
+    """Top-1 routing with per-expert index lists (`nonzero(as_tuple=True)[0]`), a row-major
+    `nonzero()` of a 2-D mask, and an index read from the last axis (`[-1]`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = nn.Linear(4, 3)
+        self.experts = nn.ModuleList([nn.Linear(4, 4) for _ in range(3)])
+
+    def forward(self, x):
+        idx = self.gate(x).argmax(-1)
+        out = torch.zeros_like(x)
+        for e, expert in enumerate(self.experts):
+            sel = (idx == e).nonzero(as_tuple=True)[0]
+            if sel.numel() == 0:
+                continue
+            out[sel] = expert(x[sel])
+        pos = (x > 0.5).nonzero()
+        cols = (x.reshape(2, -1) < 0).nonzero(as_tuple=True)[-1]
+        return out, pos, cols
+
+
 def _cases(name: str, n: int) -> list[tuple]:
     g = torch.Generator().manual_seed(11)
     if name == "lengths":
         return [(torch.randn(4, 3, generator=g), torch.randint(2, 7, (4,), generator=g)) for _ in range(n)]
+    if name == "routes":
+        return [(torch.randn(6, 4, generator=g),) for _ in range(n)]
     if name == "counts":
         return [(torch.randn(6, generator=g) * 2,) for _ in range(n)]
     return [(torch.randn(5, generator=g), torch.randint(-3, 4, (3,), generator=g)) for _ in range(n)]
@@ -81,7 +105,7 @@ def _same(want, got, where: str) -> None:
             assert got == want, (where, got, want)
 
 
-@pytest.mark.parametrize("name, cls", [("lengths", Lengths), ("counts", Counts), ("reads", Reads)])
+@pytest.mark.parametrize("name, cls", [("lengths", Lengths), ("counts", Counts), ("reads", Reads), ("routes", Routes)])
 def test_reads_equal_torch_with_python_types(name: str, cls) -> None:
     torch.manual_seed(0)
     model = cls().eval()
@@ -93,7 +117,7 @@ def test_reads_equal_torch_with_python_types(name: str, cls) -> None:
             want = model(*case)
         got = jm(*(t.numpy() for t in case))
         _same(want, got, name)
-        kinds.add(repr(want[1])[:40])
+        kinds.add(repr(want[1])[:40] if name != "routes" else tuple(want[1].shape))
     assert len(kinds) > 2, "the inputs should read several values"
     parts = [(st.spec.statements[p.first], p) for st in jm._fn.regions.values() for p in st.parts]
     read = [(s, p) for s, p in parts if READ in p.cache.values()]
@@ -102,6 +126,8 @@ def test_reads_equal_torch_with_python_types(name: str, cls) -> None:
     # each read statement's tensor work runs in a compiled part: the read takes only its temp or a name
     for s, p in read:
         assert p.ins == (s.read.source,) and (s.read.source.startswith(READ_TEMP) or name == "reads"), (s, p.ins)
+    if name == "routes":  # the experts' selection (one statement in the loop), the 2-D positions, the columns
+        assert len(read) == 3, [s.code for s, _ in read]
 
 
 def test_item_of_several_elements_is_torchs_error() -> None:

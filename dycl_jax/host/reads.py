@@ -1,10 +1,12 @@
-"""Host reads: a statement `n = t.tolist()` / `n = [int|float|bool](t.item())` of an array (the
-dispatch rewrite leaves reads in that form, rewrite/converters/host_reads.py), read with numpy.
+"""Host reads: a statement `n = t.tolist()`, `n = [int|float|bool](t.item())`, `sel = t.nonzero()` or
+`sel = t.nonzero(as_tuple=True)[k]` of an array (the dispatch rewrite leaves reads in that form,
+rewrite/converters/host_reads.py), read with numpy.
 
-The statement gives a Python value computed from tensor data, so it always runs on the host.
-Run as a host statement it would cross into torch and back op by op (~250 µs in a decode loop);
-numpy gives torch's values: `.tolist()`/`.item()` turn every element into the Python int, float
-or bool of its exact value, and an int64 tensor the host holds as int32 has the same values.
+The statement gives a Python value, or an array whose size depends on the data, so it always runs
+on the host. Run as a host statement it would cross into torch and back op by op (~250 µs in a
+decode loop); numpy gives torch's values: `.tolist()`/`.item()` turn every element into the Python
+int, float or bool of its exact value (an int64 tensor the host holds as int32 has the same
+values), and `nonzero` lists the indices of the nonzero elements in the same row-major order.
 """
 from __future__ import annotations
 
@@ -20,16 +22,19 @@ from dycl_jax.rewrite.converters.host_reads import ReadForm
 _PLAIN = frozenset(np.dtype(d) for d in ("bool", "int8", "int16", "int32", "int64", "uint8",
                                           "float16", "float32", "float64"))
 _WRAP = {"int": int, "float": float, "bool": bool}
+_INT32_MAX = 2**31 - 1
 NOT_READ = object()  # this value is not read here: the statement runs as a host statement
 
 
 def read(form: ReadForm, value: Any) -> Any:
     """The statement's value for the array `value`, or NOT_READ (not an array of a plain dtype,
-    inside a JAX transformation, or `.item()` of several elements: torch's own error then)."""
+    inside a JAX transformation, a 0-d `nonzero`, or a read torch refuses: torch's own error then)."""
     if not isinstance(value, (np.ndarray, jax.Array)) or isinstance(value, jax.core.Tracer) \
             or np.dtype(value.dtype) not in _PLAIN:
         return NOT_READ
     arr = np.asarray(value)
+    if form.method == "nonzero":
+        return _nonzero(arr, form.index)
     if form.method == "item":
         if arr.size != 1:
             return NOT_READ
@@ -37,3 +42,12 @@ def read(form: ReadForm, value: Any) -> Any:
     else:
         out = arr.tolist()
     return _WRAP[form.wrapper](out) if form.wrapper else out
+
+
+def _nonzero(arr: np.ndarray, index: int | None) -> Any:
+    """torch's int64 indices as the host holds them: int32 where they fit (values.to_host_value)."""
+    if arr.ndim == 0 or index is not None and not -arr.ndim <= index < arr.ndim:
+        return NOT_READ  # 0-d inputs follow other rules in torch; a bad index raises torch's error
+    found = np.argwhere(arr) if index is None else np.nonzero(arr)[index]
+    wide = found.size and int(found.max()) > _INT32_MAX
+    return found.astype(np.int64 if wide else np.int32)

@@ -1,11 +1,13 @@
-"""Host reads (dispatch rewrite only): `n = expr.tolist()` and `n = expr.item()`, bare or under
-`int`/`float`/`bool`, become `_dycl_read_k = expr` then `n = _dycl_read_k.tolist()`.
+"""Host reads (dispatch rewrite only): `n = expr.tolist()`, `n = expr.item()` (bare or under
+`int`/`float`/`bool`), `sel = expr.nonzero()` and `sel = expr.nonzero(as_tuple=True)[k]` become
+`_dycl_read_k = expr` then the same read of `_dycl_read_k`.
 
-Such a statement gives a Python value computed from tensor data, so torch.export cannot hold it
-and the dispatch host runs it on the host; split, the tensor work `expr` joins the compiled region
-around it and only the read itself is left, which the host does with numpy on the array
-(host/reads.py) instead of running the statement op by op. The order of evaluation is Python's:
-`expr` is the only thing the statement evaluates before the read (the wrapper is a builtin name).
+Such a statement gives a Python value, or an array whose size depends on the data, so torch.export
+cannot hold it and the dispatch host runs it on the host; split, the tensor work `expr` joins the
+compiled region around it and only the read itself is left, which the host does with numpy on the
+array (host/reads.py) instead of running the statement op by op. The order of evaluation is
+Python's: `expr` is the only thing the statement evaluates before the read (the wrapper is a
+builtin name, the index a constant).
 """
 from __future__ import annotations
 
@@ -15,8 +17,8 @@ from dataclasses import dataclass
 from dycl_jax.rewrite.templates import Context, locate, name, set_name
 
 _METHODS = frozenset({"tolist", "item"})
-READ_TEMP = "_dycl_read_"  # the temps' names begin so (Context.fresh("read"))
 _WRAPPERS = frozenset({"int", "float", "bool"})
+READ_TEMP = "_dycl_read_"  # the temps' names begin so (Context.fresh("read"))
 # inside `expr`, nodes whose hoisting could change what the statement means
 _KEEP = (ast.Lambda, ast.NamedExpr, ast.Yield, ast.YieldFrom, ast.Await, ast.ListComp, ast.SetComp,
          ast.DictComp, ast.GeneratorExp)
@@ -24,36 +26,59 @@ _KEEP = (ast.Lambda, ast.NamedExpr, ast.Yield, ast.YieldFrom, ast.Await, ast.Lis
 
 @dataclass(frozen=True)
 class ReadForm:
-    """`target = wrapper(source.method())`: what the host reads, of which name, how."""
+    """`target = wrapper(source.method())` or `target = source.nonzero(as_tuple=True)[index]`:
+    what the host reads, of which name, how."""
 
     source: str
-    method: str  # "tolist" or "item"
+    method: str  # "tolist", "item" or "nonzero"
     wrapper: str = ""  # "", "int", "float" or "bool"
+    index: int | None = None  # nonzero(as_tuple=True)[index]; None: nonzero() itself
 
 
-def _read_call(value: ast.expr) -> tuple[ast.Call, str] | None:
-    """(the `.tolist()`/`.item()` call, its wrapper) where `value` is one, bare or wrapped."""
+def _method_call(value: ast.expr, methods: frozenset[str]) -> ast.Call | None:
+    if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr in methods \
+            and not value.args:
+        return value
+    return None
+
+
+def _int(node: ast.expr) -> int | None:
+    """The int constant `node` is (`0`, `-1`), else None."""
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        k = _int(node.operand)
+        return None if k is None else -k
+    return node.value if isinstance(node, ast.Constant) and type(node.value) is int else None
+
+
+def _read_call(value: ast.expr) -> tuple[ast.Call, str, int | None] | None:
+    """(the reading method call, its wrapper, its tuple index) where `value` is a read."""
+    if isinstance(value, ast.Subscript):  # x.nonzero(as_tuple=True)[k]
+        k = _int(value.slice)
+        call = _method_call(value.value, frozenset({"nonzero"}))
+        if k is not None and call is not None and len(call.keywords) == 1 and call.keywords[0].arg == "as_tuple" \
+                and isinstance(call.keywords[0].value, ast.Constant) and call.keywords[0].value.value is True:
+            return call, "", k
+        return None
+    call = _method_call(value, frozenset({"nonzero"}))
+    if call is not None:
+        return (call, "", None) if not call.keywords else None
     wrapper = ""
     if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id in _WRAPPERS \
             and len(value.args) == 1 and not value.keywords:
         wrapper, value = value.func.id, value.args[0]
-    if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr in _METHODS \
-            and not value.args and not value.keywords:
-        return value, wrapper
-    return None
+    call = _method_call(value, _METHODS)
+    return (call, wrapper, None) if call is not None and not call.keywords else None
 
 
 def read_form(s: ast.stmt) -> ReadForm | None:
-    """The read a statement is, where it is exactly `name = [wrapper](source.method())`."""
+    """The read a statement is, where it is exactly `name = <read of a name>`."""
     if not (isinstance(s, ast.Assign) and len(s.targets) == 1 and isinstance(s.targets[0], ast.Name)):
         return None
     found = _read_call(s.value)
     if found is None or not isinstance(found[0].func.value, ast.Name):  # type: ignore[attr-defined]
         return None
-    call, wrapper = found
-    return ReadForm(call.func.value.id, call.func.attr, wrapper)  # type: ignore[attr-defined]
-
-
+    call, wrapper, index = found
+    return ReadForm(call.func.value.id, call.func.attr, wrapper, index)  # type: ignore[attr-defined]
 def _hoisted(s: ast.stmt, ctx: Context) -> list[ast.stmt] | None:
     """`[temp = expr, s reading temp]` for a read statement of a computed expression, else None."""
     if not (isinstance(s, ast.Assign) and len(s.targets) == 1):
