@@ -114,10 +114,11 @@ def test_a_genuine_island_capture_failure_runs_its_host_version() -> None:
 
 
 class Picks(nn.Module):
-    """A `nonzero` host statement (its size comes from the data), computed by JAX ops."""
+    """A `nonzero` host statement (its size comes from the data), computed by JAX ops (written as
+    a call of torch.nonzero: the method form `.nonzero()` alone is a read numpy does, host/reads.py)."""
 
     def forward(self, x):
-        idx = (x > 0).nonzero()
+        idx = torch.nonzero(x > 0)
         return idx.sum(0)
 
 

@@ -555,7 +555,11 @@ class DispatchHost:
         if got is reads.NOT_READ:
             return got
         if part.host_reason is None:
-            part.host_reason = f"it reads tensor data into Python (`.{form.method}()`); numpy reads the array"
+            what = "its size depends on the data" if form.method == "nonzero" else "it reads tensor data into Python"
+            part.host_reason = f"{what} (`.{form.method}()`); numpy reads the array"
+            # the ATen op it stands for, as a host statement would list it (the report; emit/ and
+            # the exported host write a nonzero as numpy code, an `.item()` as Python on the array)
+            part.jax_ops = list(reads.OPS[form.method])
         return (got,) if part.outs else ()
 
     def _body(self, spec: RegionSpec, part: Part, fns: Sequence[Callable]) -> Callable:

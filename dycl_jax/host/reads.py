@@ -24,6 +24,8 @@ _PLAIN = frozenset(np.dtype(d) for d in ("bool", "int8", "int16", "int32", "int6
 _WRAP = {"int": int, "float": float, "bool": bool}
 _INT32_MAX = 2**31 - 1
 NOT_READ = object()  # this value is not read here: the statement runs as a host statement
+# per read method, the ATen ops a host statement doing it would run (`.tolist()` runs none)
+OPS = {"tolist": (), "item": ("_local_scalar_dense.default",), "nonzero": ("nonzero.default",)}
 
 
 def read(form: ReadForm, value: Any) -> Any:
