@@ -293,7 +293,15 @@ def test_decode_artifact_trims_and_raises_beyond_max_len(artifacts) -> None:
 
 class PositiveRows(nn.Module):
     def forward(self, x):
-        rows = (x.sum(1) > 0).nonzero()
+        rows = torch.nonzero(x.sum(1) > 0)  # a host statement (the sum too): no torch-free form
+        if rows.numel() == 0:
+            return x.sum()
+        return x[rows[:, 0]].sum()
+
+
+class PositiveRowsRead(nn.Module):
+    def forward(self, x):
+        rows = (x.sum(1) > 0).nonzero()  # a read (host/reads.py): the sum compiled, the nonzero numpy
         if rows.numel() == 0:
             return x.sum()
         return x[rows[:, 0]].sum()
@@ -306,8 +314,26 @@ def test_dispatch_host_statement_without_torch_free_form_is_refused_at_export(tm
         jm.export(str(tmp_path / "a"))
     err = info.value
     assert err.location is not None and err.location.file.endswith("test_artifact.py")
-    assert "rows = (x.sum(1) > 0).nonzero()" in str(err) and "nonzero" in str(err)
+    assert "rows = torch.nonzero(x.sum(1) > 0)" in str(err) and "nonzero" in str(err)
     assert not os.path.exists(tmp_path / "a" / "manifest.json")
+
+
+def test_a_nonzero_read_exports_and_runs_without_torch(tmp_path) -> None:
+    g = torch.Generator().manual_seed(5)
+    inputs = [torch.randn(3, 2, generator=g) for _ in range(8)] + [-torch.ones(3, 2), torch.ones(3, 2)]
+    model = PositiveRowsRead()
+    jm = dycl_jax.to_jax(model, (inputs[0],))
+    assert jm.host == "dispatch"
+    for x in inputs:  # the signatures an exported host serves are those the host has run
+        jm(x)
+    jm.export(str(tmp_path / "a"))
+    body = ("import numpy as np, dycl_jax\nm = dycl_jax.load(jobs['path'])\n"
+            "out['got'] = [float(np.asarray(m(x))) for x in jobs['inputs']]\n")
+    results = torch_free.run(tmp_path, body, {"path": str(tmp_path / "a"), "inputs": [x.numpy() for x in inputs]})
+    assert results["torch loaded"] == []
+    want = [float(model(x)) for x in inputs]
+    np.testing.assert_allclose(results["got"], want, rtol=1e-5, atol=1e-6)
+    assert want[-2] == -6.0 and want[-1] == 6.0  # no row selected, every row selected
 
 
 def test_load_refuses_a_directory_without_manifest(tmp_path) -> None:
