@@ -41,6 +41,8 @@ def minimise(source: str, fails: Fails, max_checks: int = 400, deadline: float |
             text = ast.unparse(candidate)
             if text == current:  # removing a block's only `pass` gives it back
                 continue
+            if not _compiles(text):  # flattening a loop can leave its `break` outside any loop
+                continue
             if checks >= max_checks or (deadline is not None and time.time() > deadline):
                 return Minimised(current, (before, _count(tree)), checks, False)
             checks += 1
@@ -48,6 +50,14 @@ def minimise(source: str, fails: Fails, max_checks: int = 400, deadline: float |
                 tree, changed = candidate, True
                 break  # start again over the smaller program: its blocks and indices moved
     return Minimised(ast.unparse(tree), (before, _count(tree)), checks, True)
+
+
+def _compiles(text: str) -> bool:
+    try:
+        compile(text, "<candidate>", "exec")
+    except SyntaxError:
+        return False
+    return True
 
 
 def _forwards(tree: ast.Module) -> list[ast.FunctionDef]:

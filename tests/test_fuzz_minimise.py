@@ -80,3 +80,18 @@ def test_a_real_oracle_keeps_the_bug_and_its_kind(tmp_path, monkeypatch) -> None
     assert "self.l0(" in small.source
     # 28 statements -> the 10 the return's values and the Linear need: nothing of the branches
     assert small.complete and small.statements[1] <= 12, (small.statements, small.source)
+
+
+def test_a_candidate_python_refuses_is_never_kept() -> None:
+    """Flattening the loop around a `break` leaves a program Python does not compile: such a
+    candidate is skipped, even by an oracle that would call it failing (here: any text with a break)."""
+    source = ("class Fuzzed:\n"
+              "    def forward(self, h):\n"
+              "        if h > 0:\n"
+              "            for i in range(2):\n"
+              "                if h > 1:\n"
+              "                    break\n"
+              "        return h\n")
+    small = minimise(source, lambda text: "break" in text, max_checks=100)
+    compile(small.source, "<minimised>", "exec")  # a SyntaxError here: the invalid candidate was kept
+    assert "break" in small.source and "for i in range(2)" in small.source, small.source
