@@ -78,12 +78,35 @@ class Routes(nn.Module):
         return out, pos, cols
 
 
+class Masks(nn.Module):
+    """Boolean-mask selections: of a computed value, by a comparison, `~`, `&`, a 2-D mask of a
+    3-D tensor, an int64 tensor beyond int32, and an index that is not a mask (a plain gather)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = nn.Linear(4, 4)
+
+    def forward(self, x, ids):
+        rows = self.proj(x)[x.sum(1) > 0]
+        pos = x[x > 0]
+        keep = ~(x < -1.0)
+        kept = x[keep]
+        both = x[(x > 0) & (x < 1.0)]
+        cube = x.reshape(2, 3, 4)[x.reshape(2, 3, 4).sum(-1) > 0]
+        big = (ids + 4_000_000_000)[ids > 1]
+        order = ids.argsort()
+        gathered = x[order]  # an int index: no mask, computed as before
+        return rows, pos, kept, both, cube, big, gathered
+
+
 def _cases(name: str, n: int) -> list[tuple]:
     g = torch.Generator().manual_seed(11)
     if name == "lengths":
         return [(torch.randn(4, 3, generator=g), torch.randint(2, 7, (4,), generator=g)) for _ in range(n)]
     if name == "routes":
         return [(torch.randn(6, 4, generator=g),) for _ in range(n)]
+    if name == "masks":
+        return [(torch.randn(6, 4, generator=g), torch.randint(-2, 4, (6,), generator=g)) for _ in range(n)]
     if name == "counts":
         return [(torch.randn(6, generator=g) * 2,) for _ in range(n)]
     return [(torch.randn(5, generator=g), torch.randint(-3, 4, (3,), generator=g)) for _ in range(n)]
@@ -105,7 +128,8 @@ def _same(want, got, where: str) -> None:
             assert got == want, (where, got, want)
 
 
-@pytest.mark.parametrize("name, cls", [("lengths", Lengths), ("counts", Counts), ("reads", Reads), ("routes", Routes)])
+@pytest.mark.parametrize("name, cls", [("lengths", Lengths), ("counts", Counts), ("reads", Reads), ("routes", Routes),
+                                        ("masks", Masks)])
 def test_reads_equal_torch_with_python_types(name: str, cls) -> None:
     torch.manual_seed(0)
     model = cls().eval()
@@ -117,7 +141,7 @@ def test_reads_equal_torch_with_python_types(name: str, cls) -> None:
             want = model(*case)
         got = jm(*(t.numpy() for t in case))
         _same(want, got, name)
-        kinds.add(repr(want[1])[:40] if name != "routes" else tuple(want[1].shape))
+        kinds.add(repr(want[1])[:40] if name not in ("routes", "masks") else tuple(want[1].shape))
     assert len(kinds) > 2, "the inputs should read several values"
     parts = [(st.spec.statements[p.first], p) for st in jm._fn.regions.values() for p in st.parts]
     read = [(s, p) for s, p in parts if READ in p.cache.values()]
@@ -125,9 +149,12 @@ def test_reads_equal_torch_with_python_types(name: str, cls) -> None:
     assert all(p.stop - p.first == 1 and s.read is not None for s, p in read)
     # each read statement's tensor work runs in a compiled part: the read takes only its temp or a name
     for s, p in read:
-        assert p.ins == (s.read.source,) and (s.read.source.startswith(READ_TEMP) or name == "reads"), (s, p.ins)
+        names = tuple(sorted({s.read.source, s.read.mask} - {""}))
+        assert p.ins == names and (s.read.source.startswith(READ_TEMP) or name in ("reads", "masks")), (s, p.ins)
     if name == "routes":  # the experts' selection (one statement in the loop), the 2-D positions, the columns
         assert len(read) == 3, [s.code for s, _ in read]
+    if name == "masks":  # every selection by a mask; the gather by `order` is no read
+        assert len(read) == 6 and not any("order" in s.code for s, _ in read), [s.code for s, _ in read]
 
 
 def test_item_of_several_elements_is_torchs_error() -> None:

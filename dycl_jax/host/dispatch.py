@@ -551,12 +551,15 @@ class DispatchHost:
         form = spec.statements[part.first].read
         if form is None or part.stop - part.first != 1 or spec.kind != "region":
             return reads.NOT_READ
-        got = reads.read(form, vals[part.ins.index(form.source)])
+        got = reads.read(form, vals[part.ins.index(form.source)],
+                         vals[part.ins.index(form.mask)] if form.mask else None)
         if got is reads.NOT_READ:
             return got
         if part.host_reason is None:
-            what = "its size depends on the data" if form.method == "nonzero" else "it reads tensor data into Python"
-            part.host_reason = f"{what} (`.{form.method}()`); numpy reads the array"
+            what = "it reads tensor data into Python" if form.method in ("tolist", "item") \
+                else "its size depends on the data"
+            how = f"`[{form.mask}]` with a bool mask" if form.method == "mask" else f"`.{form.method}()`"
+            part.host_reason = f"{what} ({how}); numpy reads the array"
             # the ATen op it stands for, as a host statement would list it (the report; emit/ and
             # the exported host write a nonzero as numpy code, an `.item()` as Python on the array)
             part.jax_ops = list(reads.OPS[form.method])

@@ -1,5 +1,5 @@
 """Host reads: a statement `n = t.tolist()`, `n = [int|float|bool](t.item())`, `sel = t.nonzero()` or
-`sel = t.nonzero(as_tuple=True)[k]` of an array (the dispatch rewrite leaves reads in that form,
+`sel = t.nonzero(as_tuple=True)[k]` or `y = t[mask]` of an array (the dispatch rewrite leaves reads in that form,
 rewrite/converters/host_reads.py), read with numpy.
 
 The statement gives a Python value, or an array whose size depends on the data, so it always runs
@@ -25,16 +25,30 @@ _WRAP = {"int": int, "float": float, "bool": bool}
 _INT32_MAX = 2**31 - 1
 NOT_READ = object()  # this value is not read here: the statement runs as a host statement
 # per read method, the ATen ops a host statement doing it would run (`.tolist()` runs none)
-OPS = {"tolist": (), "item": ("_local_scalar_dense.default",), "nonzero": ("nonzero.default",)}
+OPS = {"tolist": (), "item": ("_local_scalar_dense.default",), "nonzero": ("nonzero.default",),
+       "mask": ("index.Tensor",)}
 
 
-def read(form: ReadForm, value: Any) -> Any:
-    """The statement's value for the array `value`, or NOT_READ (not an array of a plain dtype,
-    inside a JAX transformation, a 0-d `nonzero`, or a read torch refuses: torch's own error then)."""
+def _array(value: Any) -> np.ndarray | None:
+    """`value` as numpy where it is an array of a plain dtype outside any JAX transformation."""
     if not isinstance(value, (np.ndarray, jax.Array)) or isinstance(value, jax.core.Tracer) \
             or np.dtype(value.dtype) not in _PLAIN:
+        return None
+    return np.asarray(value)
+
+
+def read(form: ReadForm, value: Any, mask: Any = None) -> Any:
+    """The statement's value for the array `value` (and `mask`, for `value[mask]`), or NOT_READ
+    (not an array of a plain dtype, inside a JAX transformation, a 0-d `nonzero`, an index that
+    is not a bool mask of the leading shape, or a read torch refuses: torch's own error then)."""
+    arr = _array(value)
+    if arr is None:
         return NOT_READ
-    arr = np.asarray(value)
+    if form.method == "mask":
+        m = _array(mask)
+        if m is None or m.dtype != np.bool_ or m.ndim == 0 or m.shape != arr.shape[:m.ndim]:
+            return NOT_READ
+        return arr[m]  # a copy, in the dtype the host holds `value` in, as a host statement gives it
     if form.method == "nonzero":
         return _nonzero(arr, form.index)
     if form.method == "item":

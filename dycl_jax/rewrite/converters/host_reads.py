@@ -1,6 +1,7 @@
 """Host reads (dispatch rewrite only): `n = expr.tolist()`, `n = expr.item()` (bare or under
 `int`/`float`/`bool`), `sel = expr.nonzero()` and `sel = expr.nonzero(as_tuple=True)[k]` become
-`_dycl_read_k = expr` then the same read of `_dycl_read_k`.
+`_dycl_read_k = expr` then the same read of `_dycl_read_k`; `y = a[m]` with a mask expression
+`m` (`x > 0`, `~keep`, `a & b`) becomes temps for `a` and `m` then `y = temp_a[temp_m]`.
 
 Such a statement gives a Python value, or an array whose size depends on the data, so torch.export
 cannot hold it and the dispatch host runs it on the host; split, the tensor work `expr` joins the
@@ -30,9 +31,10 @@ class ReadForm:
     what the host reads, of which name, how."""
 
     source: str
-    method: str  # "tolist", "item" or "nonzero"
+    method: str  # "tolist", "item", "nonzero" or "mask" (`source[mask]`)
     wrapper: str = ""  # "", "int", "float" or "bool"
     index: int | None = None  # nonzero(as_tuple=True)[index]; None: nonzero() itself
+    mask: str = ""  # the name indexing `source` (a bool array at run time, else no read)
 
 
 def _method_call(value: ast.expr, methods: frozenset[str]) -> ast.Call | None:
@@ -70,10 +72,19 @@ def _read_call(value: ast.expr) -> tuple[ast.Call, str, int | None] | None:
     return (call, wrapper, None) if call is not None and not call.keywords else None
 
 
+def _masky(node: ast.expr) -> bool:
+    """An index expression that gives a bool mask when its operands are tensors: `x > 0`, `~m`, `a & b`."""
+    return isinstance(node, ast.Compare) or isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Invert) \
+        or isinstance(node, ast.BinOp) and isinstance(node.op, (ast.BitAnd, ast.BitOr, ast.BitXor))
+
+
 def read_form(s: ast.stmt) -> ReadForm | None:
-    """The read a statement is, where it is exactly `name = <read of a name>`."""
+    """The read a statement is, where it is exactly `name = <read of a name>` or `name = a[m]`."""
     if not (isinstance(s, ast.Assign) and len(s.targets) == 1 and isinstance(s.targets[0], ast.Name)):
         return None
+    if isinstance(s.value, ast.Subscript) and isinstance(s.value.value, ast.Name) \
+            and isinstance(s.value.slice, ast.Name):
+        return ReadForm(s.value.value.id, "mask", mask=s.value.slice.id)
     found = _read_call(s.value)
     if found is None or not isinstance(found[0].func.value, ast.Name):  # type: ignore[attr-defined]
         return None
@@ -83,6 +94,17 @@ def _hoisted(s: ast.stmt, ctx: Context) -> list[ast.stmt] | None:
     """`[temp = expr, s reading temp]` for a read statement of a computed expression, else None."""
     if not (isinstance(s, ast.Assign) and len(s.targets) == 1):
         return None
+    if isinstance(s.value, ast.Subscript) and _masky(s.value.slice) \
+            and not any(isinstance(n, _KEEP) for n in ast.walk(s.value)):
+        # `y = f(x)[x > 0]`: Python evaluates the indexed value, then the index; so do the temps
+        out = []
+        for field in ("value", "slice"):
+            part = getattr(s.value, field)
+            if not isinstance(part, ast.Name):
+                temp = ctx.fresh("read")
+                out.append(locate(set_name(temp, part), s))
+                setattr(s.value, field, locate(name(temp), part))
+        return out + [s]
     found = _read_call(s.value)
     if found is None:
         return None
