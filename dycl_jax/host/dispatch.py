@@ -245,7 +245,7 @@ _MISSED = object()  # no compiled program for this call (DispatchHost._compiled_
 DIRECT = "python"  # a signature with no tensors in or out: the statements run as plain Python
 EAGER = "host"  # the part runs on the host (JAX ops on concrete arrays, or torch)
 CARRIED = "carried"  # its statements only move their arrays: they run as Python (host/carried.py)
-READ = "read"  # `n = t.tolist()` of an array: read with numpy on the host (host/reads.py)
+READ = "read"  # `n = t.tolist()`, `t.nonzero()`, `t[mask]`... of an array: numpy reads it (host/reads.py)
 
 
 @dataclass

@@ -6,7 +6,8 @@ The statement gives a Python value, or an array whose size depends on the data, 
 on the host. Run as a host statement it would cross into torch and back op by op (~250 µs in a
 decode loop); numpy gives torch's values: `.tolist()`/`.item()` turn every element into the Python
 int, float or bool of its exact value (an int64 tensor the host holds as int32 has the same
-values), and `nonzero` lists the indices of the nonzero elements in the same row-major order.
+values), `nonzero` lists the indices of the nonzero elements in the same row-major order, and a
+bool mask of the leading shape selects the same elements in the same order.
 """
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ from typing import Any
 import jax
 import numpy as np
 
+from dycl_jax.host.values import ARRAYS
+from dycl_jax.lower.dtypes import INT32_MAX
 from dycl_jax.rewrite.converters.host_reads import ReadForm
 
 # dtypes whose numpy elements become the Python values torch gives (bfloat16 and complex go
@@ -22,7 +25,6 @@ from dycl_jax.rewrite.converters.host_reads import ReadForm
 _PLAIN = frozenset(np.dtype(d) for d in ("bool", "int8", "int16", "int32", "int64", "uint8",
                                           "float16", "float32", "float64"))
 _WRAP = {"int": int, "float": float, "bool": bool}
-_INT32_MAX = 2**31 - 1
 NOT_READ = object()  # this value is not read here: the statement runs as a host statement
 # per read method, the ATen ops a host statement doing it would run (`.tolist()` runs none)
 OPS = {"tolist": (), "item": ("_local_scalar_dense.default",), "nonzero": ("nonzero.default",),
@@ -31,7 +33,7 @@ OPS = {"tolist": (), "item": ("_local_scalar_dense.default",), "nonzero": ("nonz
 
 def _array(value: Any) -> np.ndarray | None:
     """`value` as numpy where it is an array of a plain dtype outside any JAX transformation."""
-    if not isinstance(value, (np.ndarray, jax.Array)) or isinstance(value, jax.core.Tracer) \
+    if not isinstance(value, ARRAYS) or isinstance(value, jax.core.Tracer) \
             or np.dtype(value.dtype) not in _PLAIN:
         return None
     return np.asarray(value)
@@ -65,5 +67,5 @@ def _nonzero(arr: np.ndarray, index: int | None) -> Any:
     if arr.ndim == 0 or index is not None and not -arr.ndim <= index < arr.ndim:
         return NOT_READ  # 0-d inputs follow other rules in torch; a bad index raises torch's error
     found = np.argwhere(arr) if index is None else np.nonzero(arr)[index]
-    wide = found.size and int(found.max()) > _INT32_MAX
+    wide = found.size and int(found.max()) > INT32_MAX
     return found.astype(np.int64 if wide else np.int32)

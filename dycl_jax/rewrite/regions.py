@@ -35,7 +35,8 @@ class StatementSpec:
     # region's outputs are one list or dict (`identities`)
     binds: tuple[str, ...] = ()
     copies: tuple[tuple[str, str], ...] = ()
-    # `n = t.tolist()` / `n = int(t.item())`: the host reads the array with numpy (host/reads.py)
+    # a read (`n = t.tolist()`, `sel = t.nonzero()`, `y = t[m]`: host_reads.ReadForm): the host
+    # reads the array with numpy (host/reads.py)
     read: Any = None
 
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from dycl_jax.rewrite.templates import Context, locate, name, set_name
 
 _METHODS = frozenset({"tolist", "item"})
+_NONZERO = frozenset({"nonzero"})
 _WRAPPERS = frozenset({"int", "float", "bool"})
 READ_TEMP = "_dycl_read_"  # the temps' names begin so (Context.fresh("read"))
 # inside `expr`, nodes whose hoisting could change what the statement means
@@ -27,8 +28,8 @@ _KEEP = (ast.Lambda, ast.NamedExpr, ast.Yield, ast.YieldFrom, ast.Await, ast.Lis
 
 @dataclass(frozen=True)
 class ReadForm:
-    """`target = wrapper(source.method())` or `target = source.nonzero(as_tuple=True)[index]`:
-    what the host reads, of which name, how."""
+    """`target = wrapper(source.method())`, `target = source.nonzero(as_tuple=True)[index]` or
+    `target = source[mask]`: what the host reads, of which names, how."""
 
     source: str
     method: str  # "tolist", "item", "nonzero" or "mask" (`source[mask]`)
@@ -56,12 +57,12 @@ def _read_call(value: ast.expr) -> tuple[ast.Call, str, int | None] | None:
     """(the reading method call, its wrapper, its tuple index) where `value` is a read."""
     if isinstance(value, ast.Subscript):  # x.nonzero(as_tuple=True)[k]
         k = _int(value.slice)
-        call = _method_call(value.value, frozenset({"nonzero"}))
+        call = _method_call(value.value, _NONZERO)
         if k is not None and call is not None and len(call.keywords) == 1 and call.keywords[0].arg == "as_tuple" \
                 and isinstance(call.keywords[0].value, ast.Constant) and call.keywords[0].value.value is True:
             return call, "", k
         return None
-    call = _method_call(value, frozenset({"nonzero"}))
+    call = _method_call(value, _NONZERO)
     if call is not None:
         return (call, "", None) if not call.keywords else None
     wrapper = ""
@@ -90,6 +91,8 @@ def read_form(s: ast.stmt) -> ReadForm | None:
         return None
     call, wrapper, index = found
     return ReadForm(call.func.value.id, call.func.attr, wrapper, index)  # type: ignore[attr-defined]
+
+
 def _hoisted(s: ast.stmt, ctx: Context) -> list[ast.stmt] | None:
     """`[temp = expr, s reading temp]` for a read statement of a computed expression, else None."""
     if not (isinstance(s, ast.Assign) and len(s.targets) == 1):
@@ -117,11 +120,14 @@ def _hoisted(s: ast.stmt, ctx: Context) -> list[ast.stmt] | None:
 
 
 class _Hoist(ast.NodeTransformer):
+    """Hoists the reads of every statement list, nested blocks included, but not inside nested
+    functions and lambdas (they run as written)."""
+
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
 
     def visit_FunctionDef(self, node: ast.FunctionDef) -> ast.AST:
-        return node  # nested functions run as written
+        return node
 
     visit_AsyncFunctionDef = visit_FunctionDef  # type: ignore[assignment]
 
@@ -140,10 +146,5 @@ class _Hoist(ast.NodeTransformer):
 
 
 def convert(scope: ast.FunctionDef, ctx: Context) -> None:
-    if scope is not ctx.src.tree:
-        return  # as dispatch_split: nested user functions run as written
-    hoist, body = _Hoist(ctx), []
-    for s in scope.body:
-        s = hoist.visit(s)
-        body += _hoisted(s, ctx) or [s]
-    scope.body = body
+    if scope is ctx.src.tree:  # as dispatch_split: nested user functions run as written
+        _Hoist(ctx).generic_visit(scope)
