@@ -43,8 +43,8 @@ from dycl_jax.rewrite.api import DispatchPlan, patched
 from dycl_jax.rewrite.appends import appending, kept_identity, kept_in_place, rejoined, shared_containers
 from dycl_jax.rewrite.modes import exclusive, staging
 from dycl_jax.lower.ops.control_flow import recording
-from dycl_jax.rewrite.regions import (EXECUTOR, NOT_STAGED, AliasChoice, RegionSpec, aliased_at_call, executing, identities,
-                                      island, note_margin, record_compiled, recording_margins, region, run_statements)
+from dycl_jax.rewrite.regions import (EXECUTOR, NOT_STAGED, AliasChoice, RegionSpec, aliased_at_call, defined, executing,
+                                      identities, island, note_margin, record_compiled, recording_margins, region, run_statements)
 
 # True while a host statement runs in torch: a dispatch-rewritten method called from there
 # converts its tensor arguments to JAX and its results back.
@@ -328,6 +328,7 @@ class DispatchHost:
         # the usual call, f(a, b), needs no pytree rebuilding of its arguments
         self._flat_args = in_spec == pytree.tree_structure(tuple(range(len(arg_leaves))))
         self.bindings = [DispatchPlan.bind(t, self._entry(fn)) for t, fn in plan.dispatch]
+        self._whole = self._whole_island(plan)
         self.regions: dict[int, RegionState] = {}
         self.executables: dict[str, Callable] = {}  # graph fingerprint -> shared jitted program
         self.graphs: dict[str, LoweredGraph] = {}  # graph fingerprint -> its lowered graph (for the report)
@@ -363,13 +364,18 @@ class DispatchHost:
             leaves[i] = values.to_host(t) if isinstance(t, torch.Tensor) else t
         args = tuple(leaves) if self._flat_args else pytree.tree_unflatten(leaves, self.in_spec)
         previous, self._state = self._state, state
-        if recording_margins():  # a traced call
+        traced = recording_margins()
+        if traced:
             self.alias_choices = []
         previous_ids, self._arg_ids = self._arg_ids, frozenset(id(leaves[i]) for i in self.tensor_index)
         mode = self.root.training
         if mode != self.train:  # the model runs as converted: eval mode, or train mode with train=True
             self.root.train(self.train)
         try:
+            if self._whole is not None and self._keys is None and not traced:
+                outs = self._direct(args)
+                if outs is not _MISSED:
+                    return outs
             # grad mode on, so that the user's own `with torch.no_grad():` blocks are seen by the
             # regions inside them (their outputs get lax.stop_gradient); host statements run without it
             # (and out of inference mode, whose tensors have no version counter to check updates with)
@@ -380,6 +386,29 @@ class DispatchHost:
             self.attrs.reset()
             if mode != self.train:
                 self.root.train(mode)
+
+    def _whole_island(self, plan: DispatchPlan) -> tuple[RegionSpec, int, list[int | None]] | None:
+        """(island, argument count, per island input: None for the module, else the argument's
+        position) where the method's whole body is one tail island taking only its parameters."""
+        for target, fn in plan.dispatch:
+            whole = getattr(fn, "__dycl_whole__", None)
+            if target.owner is self.root and target.attr == self.method and whole is not None:
+                spec, params = whole
+                position = {p: i - 1 for i, p in enumerate(params)}  # params[0] is `self`
+                return spec, len(params) - 1, [None if n == params[0] else position[n] for n in spec.ins]
+        return None
+
+    def _direct(self, args: tuple) -> Any:
+        """The method's result by one call of its whole-body island's program, or _MISSED (not
+        compiled for this signature yet, or it runs on the host): no host Python runs around the
+        program, as none would decide anything (a traced call still takes the full way)."""
+        spec, count, picks = self._whole  # type: ignore[misc]
+        st = self.regions.get(id(spec))
+        if st is None or len(args) != count or st.parts[0].host_reason is not None:
+            return _MISSED
+        # grad=True: the full way calls the method with grad mode on (see `_Calling`)
+        outs = self._compiled_call(st.parts[0], tuple(self.root if i is None else args[i] for i in picks), grad=True)
+        return outs if outs is _MISSED else values.outputs_to_jax(defined(outs[0]))
 
     def train_call(self, state: Sequence[Any], tensors: Sequence[Any], key: Any,
                    updated: Sequence[int]) -> tuple[Any, tuple[Any, ...]]:
@@ -464,14 +493,15 @@ class DispatchHost:
         finally:
             self._region_env = outer
 
-    def _compiled_call(self, part: Part, vals: tuple) -> Any:
+    def _compiled_call(self, part: Part, vals: tuple, grad: bool | None = None) -> Any:
         """The usual call's short way: the outputs of the program the part compiled for this
         signature, or _MISSED where `_run_part` must run (first calls, host parts, symbolic ints,
-        appended lists, lists changed in place, module attributes, in-place updates)."""
+        appended lists, lists changed in place, module attributes, in-place updates). `grad`: the
+        grad mode its signature has (default: torch's now)."""
         if part.appends or part.in_place or part.same or self.attrs.slots \
                 or part.changes and shared_containers(vals):
             return _MISSED
-        leaves, _, key = values.call_key(vals, None)
+        leaves, _, key = values.call_key(vals, None, grad)
         entry = part.cache.get(key)
         if type(entry) is not Compiled or entry.mutated:
             return _MISSED

@@ -134,6 +134,8 @@ def _rewrite(fn: types.FunctionType, helper_cells: dict[str, types.CellType], up
     ctx = Context(src, helpers=helper_cells, unroll=unroll, hosted=hosted)
     tree = pipeline.run(ctx, upto, dispatch=dispatch)
     new_fn, filename, _ = codegen.build(ctx, tree)
+    if ctx.whole is not None:
+        new_fn.__dycl_whole__ = ctx.whole  # type: ignore[attr-defined]  (host/dispatch.py's direct call)
     record = FunctionRecord(fn.__qualname__, src.file, src.line, filename, warnings=list(ctx.warnings),
                             unrolled=list(ctx.unrolled))
     for site in ctx.sites:

@@ -33,6 +33,9 @@ class Context:
     # dispatch rewrite: attributes of `self` whose module runs as a dispatch host of its own; a
     # statement calling one is an island whose host version calls it from the host program
     hosted: frozenset = frozenset()
+    # dispatch rewrite: (tail island, the method's positional parameters) when the island is the
+    # whole body and takes only parameters, so the host may call its program directly
+    whole: Any = None
 
     def fresh(self, stem: str) -> str:
         self.counter += 1

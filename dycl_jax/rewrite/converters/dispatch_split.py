@@ -120,6 +120,9 @@ class _Splitter:
         self.ctx = ctx
         self.locals = set(function_locals(scope))
         self.params = param_names(scope)
+        a = scope.args  # the parameters in order, where every one is positional
+        self.positional = None if a.vararg or a.kwonlyargs or a.kwarg else \
+            tuple(p.arg for p in a.posonlyargs + a.args)
         self.reads = Counter(_loads(scope))
         self.first_write = _first_writes(scope)
         self.live = liveness(scope)
@@ -309,11 +312,12 @@ class _Splitter:
         k = _tail_start(stmts, lambda s: _stageable(s) or _simple(s) and bool(self._hosted_calls(s)))
         if k is None:
             return self.block(stmts)
-        return self.block(stmts[:k]) + self._tail_island(stmts[k:])
+        return self.block(stmts[:k]) + self._tail_island(stmts[k:], whole=k == 0)
 
-    def _tail_island(self, run: list[ast.stmt]) -> list[ast.stmt]:
+    def _tail_island(self, run: list[ast.stmt], whole: bool = False) -> list[ast.stmt]:
         """`run` ends the function: staged whole, returns included, its result is the function's
-        (`return island(...)[0]`); when it does not stage, its host version runs instead."""
+        (`return island(...)[0]`); when it does not stage, its host version runs instead. `whole`:
+        `run` is the function's entire body."""
         ins = self._island_ins(run, access(*run))
         fn_name, wrapper, ret = self.ctx.fresh("island"), self.ctx.fresh("tail"), self.ctx.fresh("ret")
         island = locate(function(fn_name, ins, copy.deepcopy(run), None), run[0])
@@ -326,6 +330,8 @@ class _Splitter:
         self.ctx.sites.append(RegionSpec(self.ctx.src.file, first,  # type: ignore[arg-type]
                                          (StatementSpec(wrapper, tuple(ins), (ret,), first, self.ctx.code(first)),),
                                          tuple(ins), (ret,), "island", tail=True))
+        if whole and self.positional is not None and set(ins) <= set(self.positional):
+            self.ctx.whole = (self.ctx.sites[site], self.positional)
         result = self.ctx.fresh("staged")
         self.locals.add(result)
         staged_call = set_name(result, op_call("island", _table(site), name(wrapper), tuple_of(ins)))
