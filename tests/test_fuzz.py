@@ -96,6 +96,7 @@ REGRESSION_INPUTS = {
     472927047: (0, 2, 3, 6),
     637639865: (0, 1, 2, 3, 4, 5),
     637639992: (0, 1, 2),
+    84854549: (0, 5),  # 0 failed (the dead `if` taken), 5 matched (not taken)
 }
 
 

@@ -191,6 +191,19 @@ def current() -> str:
     return "tracing" if _S.decisions is not None else "plain"
 
 
+@contextlib.contextmanager
+def unrecorded() -> Iterator[None]:
+    """Decisions made in the block are not kept (the code still runs as traced): a construct
+    the staged program holds no op for (no outputs) makes none of its nested decisions there."""
+    previous = _S.decisions
+    if previous is not None:
+        _S.decisions = []
+    try:
+        yield
+    finally:
+        _S.decisions = previous
+
+
 def record(site: Site, value: Any) -> None:
     if _S.decisions is not None and site.kind != "guard" and not _unreached():
         _S.decisions.append((site.label, value))
