@@ -4,8 +4,10 @@
 
 The examples are batch-1 code (`.item()`, `if tensor:`): a batch of B is B samples, each taking
 its own path. For every staged example (`examples.dynn.MODELS`, `BOUNDED_MODELS`: row selections
-staged as masked dense computations, and `CONSTANT_FLAG_MODELS`; scripts/_bench_models.discover)
-and each batch size, one timed round processes the whole batch with
+staged as masked dense computations, `CONSTANT_FLAG_MODELS`, and `PADDED_MODELS`: decode loops and
+shape-changing branches staged as `host="auto"` converts them, one program whose padded outputs
+are trimmed per sample before they are compared; scripts/_bench_models.discover) and each batch
+size, one timed round processes the whole batch with
 
 - torch: the original model run sample by sample (its per-sample decisions are the reference),
   and the model on the concatenated batch where that gives each sample its own answer;
@@ -71,6 +73,8 @@ from dycl_jax.command.bench import interleaved  # noqa: E402
 from dycl_jax.command.targets import extra_cases, load_target  # noqa: E402
 from dycl_jax.lower.batching import counting, guarded, mapped, selected  # noqa: E402
 from dycl_jax.rewrite.api import run_torch_trace  # noqa: E402
+from dycl_jax.runtime.decoded import finish  # noqa: E402
+from examples.dynn import PADDED_MODELS  # noqa: E402
 
 GOAL = 1.5  # torch eager (sample by sample) / vmapped staged program, at batch 32
 
@@ -115,9 +119,10 @@ def vmapped(jm: Any, nargs: int) -> Callable:
     return jax.jit(jax.vmap(lambda s, *a: jm.apply(s, *a), in_axes=(None,) + (0,) * nargs))
 
 
-def torch_decisions(model: Any, cases: list[tuple]) -> list[list[tuple]]:
-    """The rewritten torch program's decisions, one sample at a time."""
-    return [[tuple(d) for d in run_torch_trace(model, "forward", c)[1]] for c in cases]
+def torch_decisions(model: Any, cases: list[tuple], unroll: Any = None) -> list[list[tuple]]:
+    """The rewritten torch program's decisions, one sample at a time (with `unroll`, a padded
+    program's: its decode loop unrolled as the staged program runs it)."""
+    return [[tuple(d) for d in run_torch_trace(model, "forward", c, unroll=unroll)[1]] for c in cases]
 
 
 def batch_semantics(model: Any, cases: list[tuple], refs: list[Any]) -> tuple[tuple | None, str]:
@@ -135,6 +140,8 @@ def batch_semantics(model: Any, cases: list[tuple], refs: list[Any]) -> tuple[tu
     want = [pytree.tree_flatten(r)[0] for r in refs]
     if not all(isinstance(x, torch.Tensor) and x.dim() >= 1 and x.shape[0] == 1 for w in want for x in w):
         return None, "outputs are not per sample (Python values)"
+    if any(len({x.shape for x in col}) > 1 for col in zip(*want)) or len({len(w) for w in want}) > 1:
+        return None, "output shapes differ between samples"
     cat = [torch.cat(col) for col in zip(*want)]
     same = len(got) == len(cat) and all(
         isinstance(g, torch.Tensor) and g.shape == c.shape
@@ -146,7 +153,11 @@ def batch_semantics(model: Any, cases: list[tuple], refs: list[Any]) -> tuple[tu
 def bench_model(name: str, path: Path, ns: argparse.Namespace) -> list[BatchRow]:
     target = load_target(str(path))
     module, model = target.module, target.model.eval()
-    jm = to_jax(model, target.args, host="staged")
+    # a padded example (a decode loop or shape-changing branch) stages as auto converts it: one
+    # program with padded outputs and their lengths, trimmed per sample below (runtime/decoded.py)
+    jm = to_jax(model, target.args, host="auto" if name in PADDED_MODELS else "staged")
+    if jm.host != "staged":
+        raise RuntimeError(f"{name} does not stage (auto chose {jm.host})")
     jmd = None if ns.no_dispatch else to_jax(model, target.args, host="dispatch")
     state = nnx.state(jm.module)
     # a bounded model's selections run as masked dense computations (only its emptiness tests
@@ -178,14 +189,14 @@ def _bench_batch(row: BatchRow, model: Any, jm: Any, jmd: Any, state: Any, cases
         out = jax.block_until_ready(fn(state, *batch))
     row.compile_s = time.perf_counter() - start
     row.selects, row.loops, row.conds = counts["select"], counts["loop"], counts["cond"]
-    outs = [sample(out, i) for i in range(len(cases))]
+    outs = [finish(sample(out, i)) for i in range(len(cases))]
     wrong = [(i, d) for i, d in enumerate(disagreement(r, o) for r, o in zip(refs, outs)) if d]
     if wrong:
         row.error = f"not timed: sample {wrong[0][0]} (of {len(wrong)} wrong) differs from torch: {wrong[0][1]}"
         return
     from dycl_jax.report.parity import compare
     row.max_abs_diff = max(compare(r, o)["diff"] for r, o in zip(refs, outs))
-    got, want = jm.trace_batch(*batch)[1], torch_decisions(model, cases)
+    got, want = jm.trace_batch(*batch)[1], torch_decisions(model, cases, jm.unroll)
     bad = [i for i, (g, w) in enumerate(zip(got, want)) if [tuple(d) for d in g] != w]
     if bad:
         row.error = f"not timed: {len(bad)} samples decide otherwise than torch one at a time (first: {bad[0]})"
@@ -199,7 +210,7 @@ def _bench_batch(row: BatchRow, model: Any, jm: Any, jmd: Any, state: Any, cases
         with mode():
             variants[name] = vmapped(jm, len(batch))
             got_v = jax.block_until_ready(variants[name](state, *batch))
-        bad_v = [i for i in range(len(cases)) if disagreement(refs[i], sample(got_v, i))]
+        bad_v = [i for i in range(len(cases)) if disagreement(refs[i], finish(sample(got_v, i)))]
         if bad_v:
             row.error = f"not timed: {name} sample {bad_v[0]} (of {len(bad_v)} wrong) differs from torch"
             return
