@@ -97,6 +97,7 @@ REGRESSION_INPUTS = {
     637639865: (0, 1, 2, 3, 4, 5),
     637639992: (0, 1, 2),
     84854549: (0, 5),  # 0 failed (the dead `if` taken), 5 matched (not taken)
+    681515646: (0, 1),  # conversion failed (UnboundLocalError), whatever the input
 }
 
 

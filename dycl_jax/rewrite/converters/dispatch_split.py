@@ -255,17 +255,20 @@ class _Splitter:
         acc = access(*run)
         ins = self._island_ins(run, acc)
         inside = Counter(n for x in run for n in _loads(x))
-        elsewhere = {n for n, c in self.reads.items() if c > inside.get(n, 0)}
+        live = self._live_after(run)
+        # names read after the run; where liveness is not known, those read anywhere else (a name
+        # the run may write that nothing reads later is no output: an output the run may leave
+        # unassigned would be an input the host may not have, `v = ...` inside an `if` of a dead `v`)
+        later = live if live is not None else {n for n, c in self.reads.items() if c > inside.get(n, 0)}
         # a name read inside the run is needed again only if a host loop repeats the run
         again = set(inside) if self.loops else set()
-        needed = elsewhere | again | set(forced)
+        needed = later | again | set(forced)
         outs = sorted(n for n in acc.writes & self.locals if n in needed or n.startswith("_dycl_"))
         # a name read later that may hold a tensor the run updates in place (`a = v`, then
         # `a[0] = ...` inside): the staged island returns the updated tensor under it too, as
         # torch's `v` sees the update (its staged constructs give it the shared copy, `own`)
         aliases = getattr(self.ctx.src.tree, "_dycl_aliases", None)
         pairs: list[tuple[str, str]] = []
-        live = self._live_after(run)
         if aliases is not None:
             # (a name no statement before the run can have bound holds nothing the run updates)
             others = {m for m in (needed if live is None else live) & self.locals
