@@ -293,10 +293,11 @@ def test_decode_artifact_trims_and_raises_beyond_max_len(artifacts) -> None:
 
 class PositiveRows(nn.Module):
     def forward(self, x):
-        rows = torch.nonzero(x.sum(1) > 0)  # a host statement (the sum too): no torch-free form
+        # a host statement (the sum too; a read only as `torch.nonzero(...)` alone): no torch-free form
+        rows = torch.nonzero(x.sum(1) > 0).flatten()
         if rows.numel() == 0:
             return x.sum()
-        return x[rows[:, 0]].sum()
+        return x[rows].sum()
 
 
 class PositiveRowsRead(nn.Module):
@@ -314,7 +315,7 @@ def test_dispatch_host_statement_without_torch_free_form_is_refused_at_export(tm
         jm.export(str(tmp_path / "a"))
     err = info.value
     assert err.location is not None and err.location.file.endswith("test_artifact.py")
-    assert "rows = torch.nonzero(x.sum(1) > 0)" in str(err) and "nonzero" in str(err)
+    assert "rows = torch.nonzero(x.sum(1) > 0).flatten()" in str(err) and "nonzero" in str(err)
     assert not os.path.exists(tmp_path / "a" / "manifest.json")
 
 

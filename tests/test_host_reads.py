@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+import torch as th
 from torch import nn
 
 import dycl_jax
@@ -78,6 +79,23 @@ class Routes(nn.Module):
         return out, pos, cols
 
 
+class FunctionRoutes(Routes):
+    """The same routing in torch's function style: `torch.where(mask)[0]`, `torch.nonzero(m)`,
+    `th.nonzero(..., as_tuple=True)[-1]` through another name for torch."""
+
+    def forward(self, x):
+        idx = self.gate(x).argmax(-1)
+        out = torch.zeros_like(x)
+        for e, expert in enumerate(self.experts):
+            sel = torch.where(idx == e)[0]
+            if len(sel) == 0:
+                continue
+            out[sel] = expert(x[sel])
+        pos = torch.nonzero(x > 0.5)
+        cols = th.nonzero(x.reshape(2, -1) < 0, as_tuple=True)[-1]
+        return out, pos, cols
+
+
 class Masks(nn.Module):
     """Boolean-mask selections: of a computed value, by a comparison, `~`, `&`, a 2-D mask of a
     3-D tensor, an int64 tensor beyond int32, and an index that is not a mask (a plain gather)."""
@@ -103,7 +121,7 @@ def _cases(name: str, n: int) -> list[tuple]:
     g = torch.Generator().manual_seed(11)
     if name == "lengths":
         return [(torch.randn(4, 3, generator=g), torch.randint(2, 7, (4,), generator=g)) for _ in range(n)]
-    if name == "routes":
+    if name in ("routes", "function routes"):
         return [(torch.randn(6, 4, generator=g),) for _ in range(n)]
     if name == "masks":
         return [(torch.randn(6, 4, generator=g), torch.randint(-2, 4, (6,), generator=g)) for _ in range(n)]
@@ -129,7 +147,7 @@ def _same(want, got, where: str) -> None:
 
 
 @pytest.mark.parametrize("name, cls", [("lengths", Lengths), ("counts", Counts), ("reads", Reads), ("routes", Routes),
-                                        ("masks", Masks)])
+                                        ("function routes", FunctionRoutes), ("masks", Masks)])
 def test_reads_equal_torch_with_python_types(name: str, cls) -> None:
     torch.manual_seed(0)
     model = cls().eval()
@@ -141,7 +159,7 @@ def test_reads_equal_torch_with_python_types(name: str, cls) -> None:
             want = model(*case)
         got = jm(*(t.numpy() for t in case))
         _same(want, got, name)
-        kinds.add(repr(want[1])[:40] if name not in ("routes", "masks") else tuple(want[1].shape))
+        kinds.add(repr(want[1])[:40] if name not in ("routes", "function routes", "masks") else tuple(want[1].shape))
     assert len(kinds) > 2, "the inputs should read several values"
     parts = [(st.spec.statements[p.first], p) for st in jm._fn.regions.values() for p in st.parts]
     read = [(s, p) for s, p in parts if READ in p.cache.values()]
@@ -151,7 +169,7 @@ def test_reads_equal_torch_with_python_types(name: str, cls) -> None:
     for s, p in read:
         names = tuple(sorted({s.read.source, s.read.mask} - {""}))
         assert p.ins == names and (s.read.source.startswith(READ_TEMP) or name in ("reads", "masks")), (s, p.ins)
-    if name == "routes":  # the experts' selection (one statement in the loop), the 2-D positions, the columns
+    if name in ("routes", "function routes"):  # the experts' selection (one statement in the loop), the 2-D positions, the columns
         assert len(read) == 3, [s.code for s, _ in read]
     if name == "masks":  # every selection by a mask; the gather by `order` is no read
         assert len(read) == 6 and not any("order" in s.code for s, _ in read), [s.code for s, _ in read]

@@ -19,7 +19,7 @@ from typing import Callable
 from dycl_jax.analysis.scopes import Access, access, function_locals, helper_arguments, param_names
 from dycl_jax.rewrite.appends import appended, copied, rebound
 from dycl_jax.rewrite.converters.branches import liveness
-from dycl_jax.rewrite.converters.host_reads import READ_TEMP, read_form
+from dycl_jax.rewrite.converters.host_reads import READ_TEMP, read_form, torch_names
 from dycl_jax.rewrite.converters.logical import _Logical, truth
 from dycl_jax.rewrite.regions import RegionSpec, StatementSpec
 from dycl_jax.rewrite.templates import (OPS, SITES, Context, const, function, locate, name, op_call, set_name, tuple_of,
@@ -120,6 +120,7 @@ class _Splitter:
         self.ctx = ctx
         self.locals = set(function_locals(scope))
         self.params = param_names(scope)
+        self.torch_names = torch_names(ctx)  # `torch.nonzero(x)` reads too where `torch` is torch
         a = scope.args  # the parameters in order, where every one is positional
         self.positional = None if a.vararg or a.kwonlyargs or a.kwarg else \
             tuple(p.arg for p in a.posonlyargs + a.args)
@@ -477,7 +478,7 @@ class _Splitter:
             defs.append(locate(function(fn_name, ins, [*self._unbind(plain), s], outs), s))
             stmts.append(StatementSpec(fn_name, tuple(ins), tuple(outs), s.lineno, self.ctx.code(s.lineno),
                                        appended(s), tuple(sorted(rebound([s]) & set(outs))), copied(s),
-                                       read_form(s)))
+                                       read_form(s, self.torch_names)))
         elsewhere = {n for n, c in self.reads.items() if c > run_reads.get(n, 0)}
         # generated temps (tests, iterables, return values) are read by the host code after the region
         outs = sorted(n for n in defined if n in elsewhere or n in exposed or n in forced
