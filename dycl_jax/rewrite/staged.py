@@ -194,10 +194,9 @@ def _inline_scalar_constants(gm: torch.fx.GraphModule) -> None:
 
 
 def _unaliased(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
-    """Operands for torch.cond / torch.while_loop, a copy for each that shares memory with an
-    earlier one (`w = v.view(-1)` beside `v`): both refuse operands that alias each other, and
-    branches and loop bodies never update their operands in place (the rewrite gives them own
-    copies), so a copy reads the same."""
+    """Operands for torch.cond, a copy for each that shares memory with an earlier one (`w =
+    v.view(-1)` beside `v`): torch.cond refuses operands that alias each other, and branches never
+    update their operands in place (the rewrite gives them own copies), so a copy reads the same."""
     seen: set[int] = set()
     out = []
     for t in tensors:
@@ -332,9 +331,7 @@ def loop(site: Site, test_fn: Callable, body_fn: Callable, carry: tuple, invaria
     extra = [final.tensors[n + j] for j in keep]
     # the loop's own copies: a carry may not be an operand it also reads
     state = [final.tensors[i].clone() for i in slot_ops]
-    # nor may two operands share memory (an invariant `w = v.view(-1)` beside the carry `v`)
-    operands = _unaliased([*init, *state, *extra])
-    outs = list(while_loop_op(test, step, tuple(operands[:n + w]), tuple(operands[n + w:])))
+    outs = list(while_loop_op(test, step, (*init, *state), tuple(extra)))
     for s, value in zip(written, outs[n:]):
         state_writes.write(*final.slots[s], value)
     return plan, outs[:n]
