@@ -193,19 +193,6 @@ def _inline_scalar_constants(gm: torch.fx.GraphModule) -> None:
     gm.recompile()
 
 
-def _unaliased(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
-    """Operands for torch.cond, a copy for each that shares memory with an earlier one (`w =
-    v.view(-1)` beside `v`): torch.cond refuses operands that alias each other, and branches never
-    update their operands in place (the rewrite gives them own copies), so a copy reads the same."""
-    seen: set[int] = set()
-    out = []
-    for t in tensors:
-        key = t.untyped_storage()._cdata
-        out.append(t.clone() if key in seen else t)
-        seen.add(key)
-    return out
-
-
 def choice(site: Site, preds: list[torch.Tensor], indices: list[int], fns: list[Callable], inputs: tuple,
            placeholders: str) -> tuple[plans.Plan, list[torch.Tensor]]:
     """torch.cond (two paths) or a chain of torch.cond on a branch index (elif chains)."""
@@ -220,7 +207,7 @@ def choice(site: Site, preds: list[torch.Tensor], indices: list[int], fns: list[
 
     # operands some branch reads (most model state is not), and the state a branch may update
     keep = sorted(set(_used(traced, 0)) | {ops.index[s] for s in written})
-    kept = _unaliased([ops.tensors[i] for i in keep])
+    kept = [ops.tensors[i] for i in keep]
     given = [ops.names(site.inputs)[i] for i in keep]
     names.record_inputs(site.label, given if len(fns) == 2 and site.kind != "elif" else ["(path index)", *given])
 
