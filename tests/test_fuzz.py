@@ -108,6 +108,18 @@ def test_saved_fuzz_findings_stay_fixed(path, tmp_path):
     assert out.kind == "match", f"{path.name}: {out.kind}: {out.detail}"
 
 
+REFUSED = sorted((Path(__file__).parent / "fuzz_regressions").glob("refused_seed_*.py"))
+
+
+@pytest.mark.parametrize("path", REFUSED, ids=[p.stem for p in REFUSED])
+def test_saved_fuzz_programs_once_answered_wrong_are_refused(path, tmp_path):
+    """Programs a change once answered silently wrong, which the converter refuses (a located
+    error) rather than converts: an outcome other than a refusal or a match is a bug."""
+    seed = int(path.stem.rsplit("_", 1)[1])
+    out = fuzz.check(seed, tmp_path, source=path.read_text(), only=(0, 1))
+    assert out.kind in ("refused", "match"), f"{path.name}: {out.kind}: {out.detail}"
+
+
 def test_a_decision_flipped_on_its_threshold_counts_as_rounding_not_as_a_bug(monkeypatch):
     """The oracle's near-threshold rule: the first decision that differs from torch's is a
     rounding flip only if its margin (jm.trace) is within the float tolerance."""
