@@ -114,11 +114,11 @@ def test_a_genuine_island_capture_failure_runs_its_host_version() -> None:
 
 
 class Picks(nn.Module):
-    """A `nonzero` host statement (its size comes from the data), computed by JAX ops (written as
-    a call of torch.nonzero: the method form `.nonzero()` alone is a read numpy does, host/reads.py)."""
+    """A `nonzero` host statement (its size comes from the data), computed by JAX ops (with more
+    work after it: `torch.nonzero(...)` or `.nonzero()` alone is a read numpy does, host/reads.py)."""
 
     def forward(self, x):
-        idx = torch.nonzero(x > 0)
+        idx = torch.nonzero(x > 0).flatten()
         return idx.sum(0)
 
 
