@@ -128,6 +128,7 @@ def call_key(vals: tuple, attrs: tuple | None, grad: bool | None = None) -> tupl
     `attrs`: key = (tree, leaf keys, grad mode (torch's now, unless `grad` says), aliased array
     leaves). Tensors among the leaves become JAX arrays and nested functions with closures open
     into their values (Closure)."""
+    grad = torch.is_grad_enabled() if grad is None else grad
     if attrs is None:
         # the usual call: every input one pytree leaf of a type seen before (arrays, modules,
         # ints): no flattening, and the types decide which leaves are arrays
@@ -139,15 +140,14 @@ def call_key(vals: tuple, attrs: tuple | None, grad: bool | None = None) -> tupl
             leaves = list(vals)
             keys = tuple([leaf_key(v) for v in leaves])
             same = same_arrays(leaves) if arrays > 1 else ()
-            return leaves, tree, (tree, keys, torch.is_grad_enabled() if grad is None else grad, same)
+            return leaves, tree, (tree, keys, grad, same)
     leaves, tree = jax.tree_util.tree_flatten(keep_order((vals, attrs)))  # dicts keep their key order
     if has_closures(leaves):  # what nested functions close over becomes region input
         opened = jax.tree_util.tree_map(open_closures, keep_order((vals, attrs)))
         leaves, tree = jax.tree_util.tree_flatten(keep_order(opened))
     if has_tensors(leaves):
         leaves = [to_jax(v) if isinstance(v, torch.Tensor) else v for v in leaves]
-    return leaves, tree, (tree, tuple(map(leaf_key, leaves)), torch.is_grad_enabled() if grad is None else grad,
-                          same_arrays(leaves))
+    return leaves, tree, (tree, tuple(map(leaf_key, leaves)), grad, same_arrays(leaves))
 
 
 # per tuple of input types: None where the general path must run (a container, None, a tensor,

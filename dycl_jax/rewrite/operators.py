@@ -12,6 +12,7 @@ variables assigned on one path only can get placeholders where that is sound.
 """
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import dataclasses
 import functools
@@ -380,13 +381,11 @@ def _choose(site: Site, candidates: list[tuple[int, Any]], fns: Sequence[Callabl
                                   inputs, lambda: _dry_plan(site, sub, chosen, inputs, placeholders)[:2])
     _check_split_aliases(site, plan, inputs)
     taken = next(k for k, (_, p) in enumerate(candidates) if p is True or bool(p))
-    if not plan.n_tensors:
-        # no outputs: the staged program holds no op here, nor the constructs in the path
-        with modes.unrecorded():
-            return plan.normalize(padding.apply(pads, tuple(chosen[taken](*inputs))))
-    if not marked:  # the staged program has a graph op here, and records its decision
+    if plan.n_tensors and not marked:  # the staged program has a graph op here, and records its decision
         modes.record(site, taken == 0 if site.kind != "elif" else candidates[taken][0])
-    return plan.normalize(padding.apply(pads, tuple(chosen[taken](*inputs))))
+    # no outputs: the staged program holds no op here, nor the constructs in the path
+    with contextlib.nullcontext() if plan.n_tensors else modes.unrecorded():
+        return plan.normalize(padding.apply(pads, tuple(chosen[taken](*inputs))))
 
 
 def _inside_cond(fn: Callable) -> Callable:
