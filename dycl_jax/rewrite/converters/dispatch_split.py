@@ -90,6 +90,15 @@ def _tail_start(stmts: list[ast.stmt], island: Callable[[ast.stmt], bool]) -> in
     return k if inner or any(island(s) for s in stmts[k:-1]) else None
 
 
+def _last_line(s: ast.stmt) -> int:
+    """The last line of `s` that runs with it: for the temp holding an `if`/`while` test, the
+    test's (the temp is located at the whole statement, whose bodies run after it)."""
+    before = getattr(s, "_dycl_before", None)
+    if isinstance(before, (ast.If, ast.While)):
+        return before.test.end_lineno or before.lineno
+    return s.end_lineno or s.lineno
+
+
 def _first_writes(scope: ast.FunctionDef) -> dict[str, int]:
     """The first line on which each name may be bound (nested scopes included: a smaller line
     only keeps a name an island input)."""
@@ -401,7 +410,7 @@ class _Splitter:
     def _updated_after(self, run: list[ast.stmt]) -> set[str]:
         """Names a simple statement that may run after `run` updates in place (by line; inside a
         host loop, any)."""
-        end = max(getattr(x, "end_lineno", x.lineno) or x.lineno for x in run)
+        end = max(map(_last_line, run))
         return {n for line, names in self.updates if self.loops or line > end for n in names}
 
     def _updated_from(self, line: int) -> frozenset[str] | None:
