@@ -30,7 +30,7 @@ from dycl_jax.rewrite.appends import kept_in_place
 from dycl_jax.rewrite.constants import static
 from dycl_jax.rewrite.modes import staging, tracing
 from dycl_jax.rewrite.plan import Undefined
-from dycl_jax.rewrite.sites import Site
+from dycl_jax.rewrite.sites import ON_DISPATCH, Site
 from dycl_jax.rewrite.exits import ExitOnly, unless, with_dead  # noqa: F401  (unless: called by generated code)
 from dycl_jax.rewrite.exits import running as exit_running
 from dycl_jax.rewrite.values import and_value, data, getitem, item_operand, np_reduce, or_value  # noqa: F401  (called by generated code)
@@ -60,9 +60,6 @@ def _pred(p: Any, site: Site) -> torch.Tensor:
 
 # ---------------------------------------------------------------- branches
 
-# the fix of a StagedAliasError: Python control flow keeps which names are one tensor
-ON_DISPATCH = ('convert with host="auto" (the default) or host="dispatch": they run this construct in Python, '
-               'where every name of the tensor sees the update')
 
 
 def _views_kept(n: str, m: str) -> str:

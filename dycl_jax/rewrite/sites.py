@@ -9,6 +9,9 @@ from dycl_jax.errors import Location
 RETVAL = "_dycl_retval"  # the single-exit return value variable
 RETFLAG = "_dycl_ret"
 KINDS = ("if", "elif", "while", "ifexp", "guard")
+# the fix of a StagedAliasError: Python control flow keeps which names are one tensor
+ON_DISPATCH = ('convert with host="auto" (the default) or host="dispatch": they run this construct in Python, '
+               'where every name of the tensor sees the update')
 
 
 @dataclass(frozen=True)

@@ -21,9 +21,9 @@ from torch._higher_order_ops.while_loop import while_loop_op
 from torch.fx.experimental.proxy_tensor import disable_proxy_modes_tracing
 from torch.utils._mode_utils import no_dispatch
 
-from dycl_jax.errors import DyclError, raised_by_us
+from dycl_jax.errors import DyclError, StagedAliasError, raised_by_us
 from dycl_jax.rewrite import constants, lazy_state, lifting, modes, names, padding, plan as plans, state_writes
-from dycl_jax.rewrite.sites import Site
+from dycl_jax.rewrite.sites import ON_DISPATCH, Site
 
 
 @dataclasses.dataclass
@@ -193,6 +193,48 @@ def _inline_scalar_constants(gm: torch.fx.GraphModule) -> None:
     gm.recompile()
 
 
+def _pure(site: Site, written: Any, values: dict[str, Any]) -> bool:
+    """The construct updates no tensor in place (none the analysis sees, `owned`, holds a tensor
+    in `values`, the names' values at the construct: `n += 1` of a Python int is no update; one
+    the analysis misses is refused, operators._unowned_updates_refused) and no model state: its
+    graph reads values only, so operands that share memory may be passed as copies. Where it
+    updates one, torch's own refusal of aliased operands stands (operators' alias checks do not
+    see into every container, `xs[0]` of a list holding `v` beside `w = v.t()`)."""
+    return not written and not any(n not in values or any(isinstance(leaf, torch.Tensor)
+                                                           for leaf in pytree.tree_leaves(values[n]))
+                                   for n in site.owned)
+
+
+def _views_refused(site: Site, what: str) -> StagedAliasError:
+    """Refuse a construct that updates a tensor in place while `what` holds (one tensor a view
+    of another): a staged construct takes them as separate arrays."""
+    return StagedAliasError(
+        f"{site.construct}: it updates a tensor in place, and {what} (a view: slicing, `.view`, `.t()`); "
+        "torch's update through one reaches the other, a staged construct takes them as separate arrays",
+        location=site.location, fix=ON_DISPATCH)
+
+
+def _sharing(tensors: list[torch.Tensor]) -> bool:
+    """Whether two of `tensors` share memory."""
+    return any(a is not b for a, b in zip(tensors, _apart(tensors)))
+
+
+def _apart(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+    """`tensors`, each that shares memory with an earlier one (a view of it: `v.view(-1)`,
+    `v[:, :3]`, `v.t()`) replaced by a copy: torch.cond and torch.while_loop refuse operands that
+    alias. (Copies are free once lowered: a JAX array is never updated in place.)"""
+    seen: set[Any] = set()
+    out = []
+    for t in tensors:
+        try:
+            key: Any = t.untyped_storage()._cdata
+        except (RuntimeError, NotImplementedError):  # a tensor without storage (a subclass)
+            key = id(t._base if t._base is not None else t)
+        out.append(t.clone() if key in seen else t)
+        seen.add(key)
+    return out
+
+
 def choice(site: Site, preds: list[torch.Tensor], indices: list[int], fns: list[Callable], inputs: tuple,
            placeholders: str) -> tuple[plans.Plan, list[torch.Tensor]]:
     """torch.cond (two paths) or a chain of torch.cond on a branch index (elif chains)."""
@@ -208,6 +250,10 @@ def choice(site: Site, preds: list[torch.Tensor], indices: list[int], fns: list[
     # operands some branch reads (most model state is not), and the state a branch may update
     keep = sorted(set(_used(traced, 0)) | {ops.index[s] for s in written})
     kept = [ops.tensors[i] for i in keep]
+    if _pure(site, written, dict(zip(site.inputs, inputs))):
+        kept = _apart(kept)
+    elif _sharing(kept):
+        raise _views_refused(site, "two of the tensors it reads share memory")
     given = [ops.names(site.inputs)[i] for i in keep]
     names.record_inputs(site.label, given if len(fns) == 2 and site.kind != "elif" else ["(path index)", *given])
 
@@ -215,8 +261,9 @@ def choice(site: Site, preds: list[torch.Tensor], indices: list[int], fns: list[
         def run(*o: torch.Tensor) -> list[torch.Tensor]:
             full = _expand(ops.tensors, keep, o[skip:])
             values, writes = t.replay_all(full)
-            # a branch may not return its operand: the slots it left alone come back as copies
-            return (plan.flatten(padding.apply(pads, tuple(values)))
+            # a branch may not return its operand: the slots it left alone come back as copies;
+            # torch.cond wants the paths' strides equal (a view passed on keeps its own)
+            return ([v.contiguous() for v in plan.flatten(padding.apply(pads, tuple(values)))]
                     + [writes[s] if s in writes else full[ops.index[s]].clone() for s in written])
         if pads is None and not written:
             _describe(run, t, plan, keep, skip)
@@ -286,6 +333,14 @@ def loop(site: Site, test_fn: Callable, body_fn: Callable, carry: tuple, invaria
     if not init:
         raise DyclError(f"{site.construct}: the condition is a tensor but the loop changes no tensor",
                         location=site.location, fix="make the loop condition a Python value")
+    pure = _pure(site, body.writes, dict(zip(site.names, carry)))
+    if pure:
+        # its own copies of the carries: torch.while_loop refuses a carry that shares memory with
+        # an operand it also reads (`h` carried, `w = h.t()` read), and wants each carry's strides
+        # equal to the body's result's (a view carried unchanged keeps its own)
+        init = [t.clone(memory_format=torch.contiguous_format) for t in init]
+    elif not all(t.is_contiguous() for t in init):
+        raise _views_refused(site, "one of its variables is a view of another tensor's memory")
     n = len(init)
     final = Operands(plan.rebuild(init), invariants, carried=1)
     if len(final.tensors) != n + len(Operands((), invariants, carried=1).tensors):
@@ -313,9 +368,13 @@ def loop(site: Site, test_fn: Callable, body_fn: Callable, carry: tuple, invaria
 
     def step(*o: torch.Tensor) -> tuple[torch.Tensor, ...]:
         values, writes = body.replay_all(full(o))
-        return (*plan.flatten(tuple(values)), *(writes[s] for s in written))
+        return (*(t.contiguous() for t in plan.flatten(tuple(values))), *(writes[s] for s in written))
 
     extra = [final.tensors[n + j] for j in keep]
+    if pure:
+        extra = _apart(extra)
+    elif _sharing([*init, *extra]):
+        raise _views_refused(site, "two of the tensors it reads share memory")
     # the loop's own copies: a carry may not be an operand it also reads
     state = [final.tensors[i].clone() for i in slot_ops]
     outs = list(while_loop_op(test, step, (*init, *state), tuple(extra)))
