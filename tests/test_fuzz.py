@@ -98,6 +98,7 @@ REGRESSION_INPUTS = {
     637639992: (0, 1, 2),
     84854549: (0, 5),  # 0 failed (the dead `if` taken), 5 matched (not taken)
     681515646: (0, 1),  # conversion failed (UnboundLocalError), whatever the input
+    399509737: (0, 1),  # conversion crashed (UnboundLocalError for `hh`), whatever the input
     603013928: (0, 1),  # staging crashed (torch's while_loop stride check), whatever the input
     814851589: (0, 5),  # 5 failed under dispatch (`a` off by 1), 0 matched
 }

@@ -73,6 +73,32 @@ class DeadInLoop(nn.Module):
         return torch.cat(outs), tmp
 
 
+class UnsetInHostLoop(nn.Module):
+    """A name (`hh`) assigned only on a Python-decided path no call takes, inside a host loop
+    (after a tensor `while` that appends to a list): a part's output left unassigned (fuzz seed
+    399509737 crashed the first capture waiting on it, an UnboundLocalError of ours)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(6, 6)
+
+    def forward(self, h):
+        outs = []
+        n = 0
+        while h.sum() < 1.0 and n < 3:
+            outs.append(h.sum())
+            h = h + 0.5
+            n += 1
+        s = 0
+        for j in range(2):
+            h = torch.sigmoid(h)
+            if s > 0:
+                hh = h.half(); hh = hh * hh.mean(); h = hh.float() * 0.5 + h  # noqa: E702
+            else:
+                h = self.lin(h)
+        return h, len(outs)
+
+
 def _cases(cls) -> list[tuple]:
     g = torch.Generator().manual_seed(4)
     xs = [torch.randn(1, 6, generator=g) * (0.3 + k % 4) for k in range(8)]
@@ -82,7 +108,7 @@ def _cases(cls) -> list[tuple]:
 
 
 @pytest.mark.parametrize("host", ["dispatch", "auto"])
-@pytest.mark.parametrize("cls", [EarlyReturnAlias, DeadTensorBranch, DeadInLoop])
+@pytest.mark.parametrize("cls", [EarlyReturnAlias, DeadTensorBranch, DeadInLoop, UnsetInHostLoop])
 def test_names_dead_after_an_island_are_not_its_outputs(cls, host):
     torch.manual_seed(0)
     model = cls().eval()

@@ -21,6 +21,9 @@ class Access:
     reads: set[str] = field(default_factory=set)
     binds: set[str] = field(default_factory=set)  # rebinds the name (kills it for liveness)
     mutates: set[str] = field(default_factory=set)  # changes the object in place: x[i] = v, x.add_(1)
+    # of `mutates`, those whose update may reach an object the name holds rather than (or as well
+    # as) the object itself: `xs[0].add_(1)`, `xs[0] += v`, `xs[0][1] = v` (a tensor in a list)
+    deep: set[str] = field(default_factory=set)
 
     @property
     def writes(self) -> set[str]:
@@ -30,6 +33,7 @@ class Access:
         self.reads |= other.reads
         self.binds |= other.binds
         self.mutates |= other.mutates
+        self.deep |= other.deep
         return self
 
 
@@ -37,6 +41,11 @@ def _param_names(args: ast.arguments) -> set[str]:
     names = {a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)}
     names |= {a.arg for a in (args.vararg, args.kwarg) if a is not None}
     return names
+
+
+def _held(node: ast.AST) -> bool:
+    """`xs[0]`, `o.t`, `xs[0][1]`: an object reached through another (not the name itself)."""
+    return isinstance(node, (ast.Subscript, ast.Attribute))
 
 
 def _base_name(node: ast.AST) -> str | None:
@@ -58,12 +67,14 @@ class _Scanner(ast.NodeVisitor):
         else:
             self.acc.binds.add(node.id)
 
-    def _store_target(self, target: ast.AST) -> None:
+    def _store_target(self, target: ast.AST, deep: bool = False) -> None:
         if isinstance(target, (ast.Subscript, ast.Attribute)):
             base = _base_name(target)
             if base:
                 self.acc.mutates.add(base)
                 self.acc.reads.add(base)
+                if deep or _held(target.value):
+                    self.acc.deep.add(base)
         self.visit(target)
 
     def visit_Assign(self, node: ast.Assign) -> None:
@@ -83,8 +94,8 @@ class _Scanner(ast.NodeVisitor):
             self.acc.reads.add(node.target.id)
             self.acc.binds.add(node.target.id)
             self.acc.mutates.add(node.target.id)
-        else:
-            self._store_target(node.target)
+        else:  # `xs[0] += v`: the tensor xs[0] in place, when xs is a list of tensors
+            self._store_target(node.target, deep=True)
 
     def visit_Call(self, node: ast.Call) -> None:
         func = node.func
@@ -92,6 +103,8 @@ class _Scanner(ast.NodeVisitor):
             base = _base_name(func.value)
             if base:  # x.add_(1), x[0].zero_(): in-place tensor methods
                 self.acc.mutates.add(base)
+                if _held(func.value):
+                    self.acc.deep.add(base)
         elif isinstance(func, ast.Attribute) and func.attr in CONTAINER_MUTATORS and isinstance(func.value, ast.Name):
             # outs.append(y): the list is an output of a branch that appends to it (only a
             # local container called directly; `self.cache.update(...)` changes no local)

@@ -39,6 +39,8 @@ class HostProgram:
     regions: list[RegionSpec] = field(default_factory=list)
     region_fn: list[str] = field(default_factory=list)  # per region: the emitted function calling it
     statements: dict[str, ast.FunctionDef] = field(default_factory=dict)  # emitted statement name -> its code
+    islands: dict[str, ast.FunctionDef] = field(default_factory=dict)  # the same for staged islands' functions
+    sites: dict[str, list] = field(default_factory=dict)  # emitted name -> the rewrite's site table
     generated: dict[str, str] = field(default_factory=dict)  # emitted name -> the rewrite's file (origin map key)
 
     @staticmethod
@@ -49,9 +51,15 @@ class HostProgram:
         """The region's statement functions, compiled from the rewrite's code (torch code run by the
         host and captured again at export and emission)."""
         from dycl_jax.rewrite import operators  # (the statements call `_dycl_ops`)
-        namespace = {**self.namespaces[fname], "_dycl_ops": operators}
+        namespace = {**self.namespaces[fname], "_dycl_ops": operators, "_dycl_sites": self.sites.get(fname, [])}
         for st in spec.statements:
-            tree = ast.Module([copy.deepcopy(self.statements[self.statement_name(fname, st.fn)])], [])
+            name = self.statement_name(fname, st.fn)
+            node = self.statements.get(name) or self.islands[name]
+            # an island's staged function, and the one a tail island's wrapper calls
+            called = [self.islands[n] for n in (self.statement_name(fname, x.id) for x in ast.walk(node)
+                                                 if isinstance(x, ast.Name) and x.id.startswith("_dycl_island_"))
+                      if n in self.islands and n != name]
+            tree = ast.Module([copy.deepcopy(x) for x in (*called, node)], [])
             exec(compile(tree, spec.file, "exec"), namespace)
         return [namespace[st.fn] for st in spec.statements]
 
@@ -109,6 +117,8 @@ class _Skeleton(ast.NodeTransformer):
             self.program.statements[HostProgram.statement_name(self.fname, node.name)] = node
             return None
         if node.name.startswith(("_dycl_island_", "_dycl_tail_")):  # staged islands: exported as regions
+            assert self.program is not None  # (kept to capture one again: `units`; never written out)
+            self.program.islands[HostProgram.statement_name(self.fname, node.name)] = node
             return None
         raise DyclError(f"the host program defines the nested function `{node.name}`, which an exported "
                         "dispatch host cannot hold", location=Location(self.file, node.lineno, ""),
@@ -222,6 +232,7 @@ def host_program(dispatch: list, modules: dict[int, str], root: Any, method: str
             skeleton.decorator_list = []
             program.functions[fname] = ast.fix_missing_locations(skeleton)
             program.namespaces[fname] = fn.__globals__
+            program.sites[fname] = sites
             program.files[fname] = sites[0].file if sites else filename
             program.generated[fname] = filename
         program.methods.setdefault(modules[id(target.owner)], {})[target.attr] = fname

@@ -94,6 +94,8 @@ class HostedEmitter:
         self.params: dict[tuple[int, int], list[str]] = {}  # (region, part) -> the method's parameters
         # parts returning Python values their graph computed from its sizes: served at those sizes only
         self.constant_outputs: set[tuple[int, int]] = set()
+        # islands whose host version also ran: their version table gives None for other values
+        self.fallback: set[tuple[int, int]] = set()
 
     # ------------------------------------------------------------ reading the host
 
@@ -292,7 +294,13 @@ class HostedEmitter:
                     continue
                 self.part(rid, 0, spec, st.parts[0], self.program.region_fn[rid])
                 out += [ast.parse(f"{s.targets[0].id} = {_call_marker(rid, 0)}").body[0]]
-                out += self.statements(other, generated)
+                if st.parts[0].deferred:  # its host version ran too (int values new at a call: host/specialised.py)
+                    self.fallback.add((rid, 0))
+                    out.append(ast.If(test=ast.parse(f"{s.targets[0].id} is None", mode="eval").body,
+                                      body=self.statements(then, generated) or [ast.Pass()],
+                                      orelse=self.statements(other, generated)))
+                else:
+                    out += self.statements(other, generated)
                 continue
             s = _Operators().visit(s)
             if isinstance(s, (ast.If, ast.For, ast.While)):
@@ -318,7 +326,7 @@ class HostedEmitter:
             name, spec, part, path = self.lines_of[(rid, k)]
             methods = self.out.methods.setdefault(path, [])
             python_in = any(g.kinds[n] == "python" for gs in found.values() for g in gs for n in part.ins)
-            if len(found) == 1 and (rid, k) not in self.constant_outputs and not python_in:
+            if len(found) == 1 and (rid, k) not in self.constant_outputs | self.fallback and not python_in:
                 methods.append(next(iter(found)))
                 continue
             # torch.export wrote the graph per input sizes (it specialises sizes 0 and 1) or per Python
@@ -345,6 +353,10 @@ class HostedEmitter:
                         raise _refuse(spec, part, "is written differently for inputs of the same sizes and values")
                     table[key] = (f"{name}_{i}", g.rid, g.k)
             versions = {key: v[0] for key, v in table.items()}
+            missing = ["        return None  # its host version runs"] if (rid, k) in self.fallback else [
+                f"        raise ValueError(f'{spec.label}: no version for {{key}}; this module serves only the (input "
+                f"sizes, Python values) it ran with before it was emitted: {{list(versions)}}; emit it again after "
+                f"calling the converted model on such inputs (e.g. other decode lengths)')"]
             methods.append("\n".join([
                 f"# {spec.label}: one version per input sizes and Python values it ran with",
                 f"def {name}(self{''.join(', ' + n for n in ins)}):",
@@ -353,9 +365,7 @@ class HostedEmitter:
                 f"    versions = {versions!r}",
                 "    version = versions.get(key)",
                 "    if version is None:",
-                f"        raise ValueError(f'{spec.label}: no version for {{key}}; this module serves only the (input "
-                f"sizes, Python values) it ran with before it was emitted: {{list(versions)}}; emit it again after "
-                f"calling the converted model on such inputs (e.g. other decode lengths)')",
+                *missing,
                 f"    return getattr(self, version)({', '.join(ins)})"]))
             self.params[(rid, k)] = ins
 

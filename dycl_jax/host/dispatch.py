@@ -30,7 +30,7 @@ from dycl_jax.capture.ordered_dicts import leaves_in_order
 from dycl_jax.capture.region import HostValueError, capture_call, lost_update, view_pairs
 from dycl_jax.errors import (AliasedUpdateError, CallError, DyclError, InputMutationError, Location,
                              StagedAliasError, limitation, raised_by_us)
-from dycl_jax.host import jax_ops, reads, training, values
+from dycl_jax.host import jax_ops, reads, specialised, training, values
 from dycl_jax.host.carried import StandUsed, carry, only_moves
 from dycl_jax.host.attributes import DynamicAttributes
 from dycl_jax.host.module_state import ModuleState
@@ -280,6 +280,8 @@ class Part:
     # it changes an input in place (`xs[k] = v`, `xs.append(v)`): where two of its inputs are one
     # list or dict, the host runs it, so the change reaches both names (a program takes two)
     changes: bool = False
+    # an island's signatures seen once whose program would hold new int values (host/specialised.py)
+    deferred: set = field(default_factory=set)
 
 
 @dataclass
@@ -349,8 +351,8 @@ class DispatchHost:
             self.path_index = training.state_index(root, self.path_index)
             self._buffers = training.model_buffers(root)
         self._module_state = ModuleState(root, self.path_index)
-        # of the last traced call: (island label, whether its host version ran because two of its
-        # names were one array), in call order (`run_dispatch_trace` replays them)
+        # of the last traced call: (island label, whether its host version ran), per island call in
+        # call order (`run_dispatch_trace` replays them: which names are one array, values seen once)
         self.alias_choices: list[AliasChoice] = []
 
     # ------------------------------------------------------------ calling
@@ -459,12 +461,16 @@ class DispatchHost:
         return tuple(env[n] for n in spec.outs)
 
     def run_island(self, spec: RegionSpec, fn: Callable, vals: tuple) -> Any:
-        if spec.aliased or spec.in_place:
-            on_host = aliased_at_call(spec, vals)
-            if recording_margins():  # a traced call: the rewritten torch program replays the choice
-                self.alias_choices.append((spec.label, on_host))
-            if on_host:
-                return NOT_STAGED
+        outs = self._island(spec, fn, vals)
+        if recording_margins():  # a traced call: the rewritten torch program replays each choice
+            self.alias_choices.append((spec.label, outs is NOT_STAGED))
+        return outs
+
+    def _island(self, spec: RegionSpec, fn: Callable, vals: tuple) -> Any:
+        """The island's outputs, or NOT_STAGED where its host version runs: it failed to stage, two of
+        its names are one array at this call, or its int values are new (host/specialised.py)."""
+        if (spec.aliased or spec.in_place) and aliased_at_call(spec, vals):
+            return NOT_STAGED
         st = self.regions.get(id(spec))
         if st is None:
             st = self.regions[id(spec)] = RegionState(spec, [_part(spec, 0, 1)])
@@ -476,7 +482,7 @@ class DispatchHost:
             return outs
         try:
             return self._run_part(st, part, (fn,), vals)
-        except _IslandFailed:
+        except (_IslandFailed, specialised.Deferred):
             return NOT_STAGED
 
     def failed_islands(self) -> frozenset:
@@ -570,10 +576,28 @@ class DispatchHost:
             part.cache[key] = EAGER
             outs, new_attrs = self._eager(st.spec, part, fns, leaves, tree)
         else:
+            if st.spec.kind == "island":
+                self._admit(part, key)
             return self._first_call(st, part, fns, vals, leaves, tree, key)
         if attrs is not None:
             self.attrs.write(new_attrs)
         return outs
+
+    @staticmethod
+    def _admit(part: Part, key: Any) -> None:
+        """An island at a signature it has no program for: where it has a program for other values
+        of the same int inputs only (its programs hold their values), compiled on the signature's
+        second call only, and a bounded number of them (host/specialised.py); else its host version
+        runs (raises Deferred or _IslandFailed)."""
+        programs = [k for k, e in part.cache.items() if type(e) is Compiled and not e.symbolic]
+        if not any(specialised.ints_differ(key, k) for k in programs):
+            return  # its first program, or new shapes: compiled as before
+        choice = specialised.admit(part.deferred, len(programs), key)
+        if choice == "defer":
+            raise specialised.Deferred()
+        if choice == "host":
+            part.host_reason = specialised.host_reason()
+            raise _IslandFailed()
 
     @staticmethod
     def _read(spec: RegionSpec, part: Part, vals: tuple) -> Any:
@@ -777,7 +801,8 @@ class DispatchHost:
             entry.captured = cap
         self.io_names.setdefault(id(entry.fn), (_leaf_names(part.ins, tree, entry.tensor_leaves), list(part.outs)))
         outs, new_attrs = entry.run(self._state, leaves)
-        jax.block_until_ready(leaves_in_order(outs))
+        # (an output a path leaves unassigned is an Undefined, which fails on any attribute read)
+        jax.block_until_ready([v for v in leaves_in_order(outs) if isinstance(v, jax.Array)])
         return entry, outs, new_attrs
 
     @staticmethod

@@ -455,8 +455,8 @@ def run_dispatch_trace(model: torch.nn.Module, method: str, args: Any, hosted: f
     """Run the dispatch rewrite eagerly in torch (regions as plain Python), recording every host
     decision at a data-dependent site: the decisions the dispatch host must make too. Islands
     named in `hosted` run their host version, as on a dispatch host where they did not stage;
-    islands whose names may be one tensor follow `alias_choices`, the host's choices in call
-    order (`DispatchHost.alias_choices` of its last traced call)."""
+    islands follow `alias_choices` where given, the host's choices (whether each island call ran
+    its host version) in call order (`DispatchHost.alias_choices` of its last traced call)."""
     from dycl_jax.rewrite.regions import islands_on_host, recording_decisions, replaying_alias_choices
 
     args = args if isinstance(args, tuple) else (args,)

@@ -122,22 +122,34 @@ def _check_loop_aliases(site: Site, values: dict, frame: Any) -> None:
     (or a name read after the loop) is that tensor, holds it or shares its memory: the staged
     body takes each loop variable as its own tensor, so torch's update would reach only one."""
     local = frame.f_locals
-    for n in site.owned:
-        t = values.get(n)
-        if not isinstance(t, torch.Tensor):
-            continue
+    for n, t in _updated_tensors(site, values):
         others = {**{m: local.get(m) for m in site.live_after}, **values}
         for m, x in others.items():
             how = _shares(x, t) if m != n and not m.startswith("_dycl_") and not _remade(site, m, local) else None
             if how is not None:
                 error = _alias_error(how, x, t)
+                what = f"`{n}`" if values.get(n) is t else f"a tensor `{n}` holds"
                 raise error(
-                    f"{site.construct}: its body updates `{n}` in place, and `{m}` "
+                    f"{site.construct}: its body updates {what} in place, and `{m}` "
                     + {"same": "is the same tensor", "element": "holds it (or a view of it)",
                        "view": "shares its memory (a view)"}[how]
                     + f"; torch changes both on every iteration, a converted loop takes `{n}` and `{m}` as "
                     "separate loop variables and would change only one",
                     location=site.location, fix=ON_DISPATCH if error is StagedAliasError else _views_kept(n, m))
+
+
+def _updated_tensors(site: Site, values: dict) -> list[tuple[str, torch.Tensor]]:
+    """(name, tensor) of each tensor a loop body may update in place: an owned name's tensor, and
+    the tensors an owned list / tuple / dict holds where the body updates them (`Site.deep`:
+    `xs[0].add_(v)`, carried as the list while `v`, that tensor, is read as itself)."""
+    out = []
+    for n in site.owned:
+        x = values.get(n)
+        if isinstance(x, torch.Tensor):
+            out.append((n, x))
+        elif n in site.deep and type(x) in (list, tuple, dict):
+            out += [(n, e) for e in (x.values() if type(x) is dict else x) if isinstance(e, torch.Tensor)]
+    return out
 
 
 def _check_split_aliases(site: Site, plan: plans.Plan, inputs: tuple) -> None:
@@ -516,6 +528,7 @@ def _merge_unbound(site: Site, test_fn: Callable, body_fn: Callable, carry: tupl
     sub = dataclasses.replace(
         site, names=names, lines=tuple(tuple(p[i] for i in keep) for p in site.lines),
         owned=tuple(sorted({rep.get(n, n) for n in site.owned})), inputs=names + site.inputs[len(site.names):],
+        deep=tuple(sorted({rep.get(n, n) for n in site.deep})),
         live_after=tuple(n for n in site.live_after if n not in gone), unbound=(),
         kept_aliases=tuple(sorted((n, m) for n, m in pairs if n != m)))
 

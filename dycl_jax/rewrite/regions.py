@@ -173,7 +173,7 @@ def island(spec: RegionSpec, fn: Callable, values: tuple) -> Any:
     executor = _EXECUTOR.get()
     if executor is not None:
         return executor.run_island(spec, fn, values)
-    if (spec.aliased or spec.in_place) and _replayed_alias_choice(spec, values):
+    if _replayed_choice(spec, values):
         return NOT_STAGED
     hosted = _PLAIN_ISLANDS.get()
     if hosted is not None and spec.label in hosted:
@@ -192,20 +192,22 @@ def aliased_at_call(spec: RegionSpec, values: tuple) -> bool:
     return any(values[i] is values[j] for i, j in spec.aliased) or bool(spec.in_place and shared_containers(values))
 
 
-AliasChoice = tuple[str, bool]  # (island label, whether its host version ran for aliasing)
+AliasChoice = tuple[str, bool]  # (island label, whether its host version ran: aliasing, new int values)
 _ALIAS_REPLAY: contextvars.ContextVar[list | None] = contextvars.ContextVar("dycl_alias_replay", default=None)
 
 
-def _replayed_alias_choice(spec: RegionSpec, values: tuple) -> bool:
-    """Without an executor: the dispatch host's choice for this call when one is being replayed
-    (identity of JAX arrays on the host and of tensors here need not agree), else Python's."""
+def _replayed_choice(spec: RegionSpec, values: tuple) -> bool:
+    """Without an executor: whether the island's host version runs at this call. The dispatch
+    host's choice when one is being replayed (identity of JAX arrays on the host and of tensors
+    here need not agree; an island specialised to its int values runs its host version on their
+    first sight), else Python's aliasing."""
     replay = _ALIAS_REPLAY.get()
     if replay:
         label, on_host = replay[0]
         if label == spec.label:  # (another island first: the runs took different paths)
             del replay[0]
             return on_host
-    return aliased_at_call(spec, values)
+    return bool(spec.aliased or spec.in_place) and aliased_at_call(spec, values)
 
 
 @contextlib.contextmanager

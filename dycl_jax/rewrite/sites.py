@@ -53,6 +53,8 @@ class Site:
     # tensor it updates in place; the statement after the construct makes it again from the new
     # base (converters/view_updates.py), so the view refusal does not apply to it
     rederived: tuple[tuple[str, str], ...] = ()
+    # (while) of `owned`, the containers whose tensors the body may update in place (`xs[0].add_(v)`)
+    deep: tuple[str, ...] = ()
 
     @property
     def label(self) -> str:

@@ -143,7 +143,9 @@ class _Writer:
         first = spec.statements[part.first]
         where = Location(spec.file, first.line, first.code)
         out: dict[str, Any] = {"first": part.first, "stop": part.stop, "ins": list(part.ins), "outs": list(part.outs),
-                               "failed": spec.kind == "island" and part.host_reason is not None, "entries": []}
+                               "failed": spec.kind == "island" and part.host_reason is not None,
+                               # its host version also ran (new int values: host/specialised.py)
+                               "fallback": spec.kind == "island" and bool(part.deferred), "entries": []}
         if part.appends:  # lists it only appends to: taken empty, extended by the host (rewrite/appends.py)
             out["appends"] = list(part.appends)
         # one list or dict under several names, kept one object as on the live host (rewrite/appends.py)

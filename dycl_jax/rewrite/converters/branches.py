@@ -107,17 +107,29 @@ def _reachable(start) -> list:
     return list(seen.values())
 
 
-def own_prefix(names: set[str], inputs: list[str], at: ast.AST) -> list[ast.stmt]:
+def own_prefix(names: set[str], inputs: list[str], at: ast.AST, body: list[ast.stmt] | None = None) -> list[ast.stmt]:
     """`x, y, h = _dycl_ops.own((x, y), (h,))` for the inputs x, y a body updates in place: one
     private copy per tensor, which every input name bound to that same tensor then holds (so an
-    update through one name reaches its aliases inside the body, as in torch)."""
+    update through one name reaches its aliases inside the body, as in torch). The statement
+    notes which of them `body` may update through an element (`xs[0].add_(v)`: `nested_deep`)."""
     if not names:
         return []
     owned = sorted(names)
     others = [n for n in inputs if n not in names]
     stmt = locate(assign(owned + others, op_call("own", tuple_of(owned), tuple_of(others))), at)
     stmt._dycl_owned = tuple(owned)  # type: ignore[attr-defined]
+    stmt._dycl_deep = tuple(sorted(set(owned) & deep_updates(body or [])))  # type: ignore[attr-defined]
     return [stmt]
+
+
+def deep_updates(body: list[ast.stmt]) -> set[str]:
+    """Names whose elements `body` may update in place (`Access.deep`), constructs converted
+    inside it included."""
+    names = set(block_access(body).deep)
+    for node in (n for s in body for n in ast.walk(s)):
+        if isinstance(node, ast.FunctionDef) and getattr(node, "_dycl_generated", False) and node.body:
+            names |= set(getattr(node.body[0], "_dycl_deep", ()))
+    return names
 
 
 def check_body(body: list[ast.stmt], what: str, ctx_src) -> None:

@@ -71,7 +71,7 @@ def convert_if(node: ast.If, block: list[ast.stmt], scope: ast.FunctionDef, ctx:
     stem = ctx.fresh("if" if kind != "elif" else "case")
     fns = []
     for k, (body, owned) in enumerate(zip(bodies, sig.owned)):
-        fn = function(f"{stem}_{k}", sig.inputs, own_prefix(owned, sig.inputs, node) + body, sig.outputs)
+        fn = function(f"{stem}_{k}", sig.inputs, own_prefix(owned, sig.inputs, node, body) + body, sig.outputs)
         fn._dycl_generated = True  # type: ignore[attr-defined]
         fns.append(locate(ast.copy_location(fn, body[0] if body else node), node))
     inputs = tuple_of(sig.inputs)

@@ -314,11 +314,23 @@ class _Splitter:
         result = self.ctx.fresh("staged")
         self.locals.add(result)
         call = set_name(result, op_call("island", _table(site), name(fn_name), tuple_of(ins)))
-        host = self.block(host_version or run, islands=False)  # statements nested inside may still be islands
+        host = self._host_version(host_version or run)
         unpack = [ast.Assign(targets=[tuple_of(outs, store=True)], value=name(result))] if outs else [ast.Pass()]
         test = ast.Compare(left=name(result), ops=[ast.Is()],
                            comparators=[ast.Attribute(value=name(OPS), attr="NOT_STAGED", ctx=ast.Load())])
         return locate([island, call, ast.If(test=test, body=host or [ast.Pass()], orelse=unpack)], run[0])
+
+    def _host_version(self, run: list[ast.stmt]) -> list[ast.stmt]:
+        """An island's host version: its statements split into regions and host decisions (those
+        nested inside may still be islands), save that the statements after its last host read
+        (`n = t.tolist()`, `.item()`, `.nonzero()`: what kept it from staging, most often) are
+        tried again as an island of their own, taking the values read as inputs: a loop over
+        `range(max(lengths))` stages unrolled for the lengths it is given."""
+        last = max((i for i, x in enumerate(run) if _simple(x) and read_form(x, self.torch_names) is not None),
+                   default=None)
+        if last is None or all(isinstance(x, _SIMPLE) for x in run[last + 1:]):
+            return self.block(run, islands=False)
+        return self.block(run[:last + 1], islands=False) + self.block(run[last + 1:])
 
     def function_body(self, stmts: list[ast.stmt]) -> list[ast.stmt]:
         """The host version of the function's body, its tail (see `_tail_start`) tried as one island."""

@@ -5,7 +5,8 @@ import ast
 
 from dycl_jax.analysis.scopes import access, block_access
 from dycl_jax.rewrite.converters import view_updates
-from dycl_jax.rewrite.converters.branches import check_body, kept_aliases, liveness, nested_owned, own_prefix
+from dycl_jax.rewrite.converters.branches import (check_body, deep_updates, kept_aliases, liveness, nested_owned,
+                                                  own_prefix)
 from dycl_jax.rewrite.templates import Context, assign, function, last_assignment_line, locate, op_call, tuple_of
 
 
@@ -33,10 +34,11 @@ def convert_while(node: ast.While, block: list[ast.stmt], scope: ast.FunctionDef
     site = ctx.add_site("while", node.lineno, tuple(carried), ("value before the loop", "value after an iteration"),
                         lines, owned=tuple(sorted(owned)), live_after=live_after, kept_aliases=kept,
                         inputs=tuple(params), unbound=tuple(n for n in carried if n not in body_acc.binds),
-                        rederived=tuple((r.view, r.base) for r in views))
+                        rederived=tuple((r.view, r.base) for r in views),
+                        deep=tuple(sorted(owned & deep_updates(node.body))))
     stem = ctx.fresh("while")
     test_fn = function(f"{stem}_test", params, [locate(ast.Return(value=node.test), node)], None)
-    body_fn = function(f"{stem}_body", params, own_prefix(owned, params, node) + node.body, carried)
+    body_fn = function(f"{stem}_body", params, own_prefix(owned, params, node, node.body) + node.body, carried)
     for fn in (test_fn, body_fn):
         fn._dycl_generated = True  # type: ignore[attr-defined]
         locate(ast.copy_location(fn, node), node)

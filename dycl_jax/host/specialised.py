@@ -1,0 +1,48 @@
+"""Islands whose program holds the values of Python ints it takes: compiled on a signature's second call, a bounded number.
+
+An island that takes Python ints its graph needs as constants (`for t in range(max(lengths))`
+unrolled for the `lengths` read from a tensor, `h[:n]` sizes) is one program per combination
+of those values. Compiling each combination on first sight would cost a compile (seconds for
+an unrolled decoder) on every call whose values are new, so a combination is compiled only on
+its second call (the first runs the island's host version: regions with the ints symbolic,
+which serve any values), and an island that has compiled `PROGRAMS` of them runs its host
+version from then on. Values seen again, as in serving the same shapes, run as one program.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+PROGRAMS = 16  # programs one island compiles for distinct int values before it stays on the host
+_SEEN = 4096  # signatures remembered as seen once (then forgotten, all at once)
+
+
+class Deferred(Exception):
+    """This call runs the island's host version: its int values are new (see the module's text)."""
+
+
+def ints_differ(key: tuple, other: tuple) -> bool:
+    """Whether two signature keys (tree, leaf keys, grad mode, aliased leaves: host/values.call_key)
+    differ only in the values of int leaves: the same arrays' shapes and dtypes, other ints."""
+    if key[0] != other[0] or key[2:] != other[2:] or len(key[1]) != len(other[1]):
+        return False
+    return all(a == b or a[0] is int and b[0] is int for a, b in zip(key[1], other[1]))
+
+
+def admit(seen: set, programs: int, key: Any) -> str:
+    """What an island specialised to its ints does on a call with signature `key` and no program:
+    "defer" (first sight: the host version runs, `key` is remembered), "compile", or "host" (it
+    has `programs` >= PROGRAMS programs already)."""
+    if programs >= PROGRAMS:
+        return "host"
+    if key in seen:
+        return "compile"
+    if len(seen) >= _SEEN:
+        seen.clear()
+    seen.add(key)
+    return "defer"
+
+
+def host_reason() -> str:
+    """The report's reason for an island that reached PROGRAMS programs."""
+    return (f"its program holds the values of Python ints it takes, which took more than {PROGRAMS} "
+            "combinations; its host version serves any values")
