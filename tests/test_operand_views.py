@@ -3,7 +3,8 @@
 refuse operands that share memory and carries whose strides differ from the body's results,
 so such operands go in as copies (fuzz seed 603013928: a transposed view carried by a loop
 crashed staging). Where the construct does update a tensor in place, staging refuses with a
-located AliasedUpdateError (StagedAliasError where only identity is at stake), never torch's own message and never a wrong answer."""
+located AliasedUpdateError (StagedAliasError where only identity is at stake), never torch's
+own message and never a wrong answer."""
 from __future__ import annotations
 
 import pytest
