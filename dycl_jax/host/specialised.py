@@ -43,6 +43,7 @@ def admit(seen: set, programs: int, key: Any) -> str:
 
 
 def host_reason() -> str:
-    """The report's reason for an island that reached PROGRAMS programs."""
+    """The report's reason for an island that reached PROGRAMS programs (read when it does: a
+    test may lower PROGRAMS)."""
     return (f"its program holds the values of Python ints it takes, which took more than {PROGRAMS} "
             "combinations; its host version serves any values")

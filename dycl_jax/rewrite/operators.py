@@ -61,7 +61,6 @@ def _pred(p: Any, site: Site) -> torch.Tensor:
 # ---------------------------------------------------------------- branches
 
 
-
 def _views_kept(n: str, m: str) -> str:
     """The fix of a view refusal: a view and its base are one memory in torch, separate arrays on either host."""
     return limitation(f"`{m}` and `{n}` share memory, and a converted construct holds them as separate arrays",

@@ -214,9 +214,17 @@ def _views_refused(site: Site, what: str) -> StagedAliasError:
         location=site.location, fix=ON_DISPATCH)
 
 
+def _memory(t: torch.Tensor) -> Any:
+    """What identifies `t`'s memory: its storage (every view shares it), else its base tensor."""
+    try:
+        return t.untyped_storage()._cdata
+    except (RuntimeError, NotImplementedError):  # a tensor without storage (a subclass)
+        return id(t._base if t._base is not None else t)
+
+
 def _sharing(tensors: list[torch.Tensor]) -> bool:
     """Whether two of `tensors` share memory."""
-    return any(a is not b for a, b in zip(tensors, _apart(tensors)))
+    return len({_memory(t) for t in tensors}) < len(tensors)
 
 
 def _apart(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
@@ -226,10 +234,7 @@ def _apart(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
     seen: set[Any] = set()
     out = []
     for t in tensors:
-        try:
-            key: Any = t.untyped_storage()._cdata
-        except (RuntimeError, NotImplementedError):  # a tensor without storage (a subclass)
-            key = id(t._base if t._base is not None else t)
+        key = _memory(t)
         out.append(t.clone() if key in seen else t)
         seen.add(key)
     return out

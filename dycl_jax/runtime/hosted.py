@@ -224,12 +224,12 @@ class HostRuntime:
         part = r["parts"][0]
         if part["failed"]:
             return NOT_STAGED
-        if part.get("fallback"):  # an island that ran its host version too: it serves other values
-            try:
-                return self._part(rid, 0, part, vals)
-            except CallError:
+        try:
+            return self._part(rid, 0, part, vals)
+        except CallError:
+            if part.get("fallback"):  # an island that ran its host version too: it serves other values
                 return NOT_STAGED
-        return self._part(rid, 0, part, vals)
+            raise
 
     def decide(self, value: Any, label: str) -> bool:
         taken = bool(value)

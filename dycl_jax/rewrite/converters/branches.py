@@ -107,18 +107,18 @@ def _reachable(start) -> list:
     return list(seen.values())
 
 
-def own_prefix(names: set[str], inputs: list[str], at: ast.AST, body: list[ast.stmt] | None = None) -> list[ast.stmt]:
+def own_prefix(names: set[str], inputs: list[str], at: ast.AST, deep: set[str] = frozenset()) -> list[ast.stmt]:
     """`x, y, h = _dycl_ops.own((x, y), (h,))` for the inputs x, y a body updates in place: one
     private copy per tensor, which every input name bound to that same tensor then holds (so an
     update through one name reaches its aliases inside the body, as in torch). The statement
-    notes which of them `body` may update through an element (`xs[0].add_(v)`: `nested_deep`)."""
+    notes which of them the body may update through an element (`deep`, see `deep_updates`)."""
     if not names:
         return []
     owned = sorted(names)
     others = [n for n in inputs if n not in names]
     stmt = locate(assign(owned + others, op_call("own", tuple_of(owned), tuple_of(others))), at)
     stmt._dycl_owned = tuple(owned)  # type: ignore[attr-defined]
-    stmt._dycl_deep = tuple(sorted(set(owned) & deep_updates(body or [])))  # type: ignore[attr-defined]
+    stmt._dycl_deep = tuple(sorted(set(owned) & deep))  # type: ignore[attr-defined]
     return [stmt]
 
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 import ast
 
 from dycl_jax.rewrite.appends import rebound
-from dycl_jax.rewrite.converters.branches import check_body, kept_aliases, liveness, own_prefix, signature
+from dycl_jax.rewrite.converters.branches import (check_body, deep_updates, kept_aliases, liveness, own_prefix,
+                                                  signature)
 from dycl_jax.rewrite.converters import view_updates
 from dycl_jax.rewrite.converters.flags import dead_on_exit
 from dycl_jax.rewrite.templates import (Context, assign, function, lambda_, last_assignment_line, locate, name,
@@ -71,7 +72,8 @@ def convert_if(node: ast.If, block: list[ast.stmt], scope: ast.FunctionDef, ctx:
     stem = ctx.fresh("if" if kind != "elif" else "case")
     fns = []
     for k, (body, owned) in enumerate(zip(bodies, sig.owned)):
-        fn = function(f"{stem}_{k}", sig.inputs, own_prefix(owned, sig.inputs, node, body) + body, sig.outputs)
+        own = own_prefix(owned, sig.inputs, node, deep_updates(body) if owned else set())
+        fn = function(f"{stem}_{k}", sig.inputs, own + body, sig.outputs)
         fn._dycl_generated = True  # type: ignore[attr-defined]
         fns.append(locate(ast.copy_location(fn, body[0] if body else node), node))
     inputs = tuple_of(sig.inputs)

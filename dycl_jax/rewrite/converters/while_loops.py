@@ -30,15 +30,16 @@ def convert_while(node: ast.While, block: list[ast.stmt], scope: ast.FunctionDef
     lines = (tuple(None for _ in carried), tuple(last_assignment_line(node.body, v) for v in carried))
     kept = kept_aliases(live, node, [node.body], carried, always_unchanged=True)
     owned = (body_acc.mutates | nested_owned(node.body)) & set(carried)
+    deep = owned & deep_updates(node.body)  # of them, containers whose tensors it updates in place
     live_after = tuple(sorted(n for n in live.after(node) & live.locals if not n.startswith("_dycl_"))) if owned else ()
     site = ctx.add_site("while", node.lineno, tuple(carried), ("value before the loop", "value after an iteration"),
                         lines, owned=tuple(sorted(owned)), live_after=live_after, kept_aliases=kept,
                         inputs=tuple(params), unbound=tuple(n for n in carried if n not in body_acc.binds),
                         rederived=tuple((r.view, r.base) for r in views),
-                        deep=tuple(sorted(owned & deep_updates(node.body))))
+                        deep=tuple(sorted(deep)))
     stem = ctx.fresh("while")
     test_fn = function(f"{stem}_test", params, [locate(ast.Return(value=node.test), node)], None)
-    body_fn = function(f"{stem}_body", params, own_prefix(owned, params, node, node.body) + node.body, carried)
+    body_fn = function(f"{stem}_body", params, own_prefix(owned, params, node, deep) + node.body, carried)
     for fn in (test_fn, body_fn):
         fn._dycl_generated = True  # type: ignore[attr-defined]
         locate(ast.copy_location(fn, node), node)
