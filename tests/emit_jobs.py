@@ -10,7 +10,8 @@ RUNNER = Path(__file__).with_name("emit_runner.py")
 
 
 def run_emitted(root: Path, jobs: dict) -> dict:
-    """`jobs`: {name: (emitted dir, input tuples of numpy arrays, eager)}; returns {name: ("ok",
+    """`jobs`: {name: (emitted dir, input tuples of numpy arrays, eager)} (eager "train": (inputs, key
+    seed) pairs, the statistics after the calls come last); returns {name: ("ok",
     outputs) or ("error", traceback)} (see emit_runner.main)."""
     with open(root / "jobs.pkl", "wb") as f:
         pickle.dump(jobs, f)

@@ -18,6 +18,11 @@ def run_one(k: int, out_dir: str, args_list: list, eager: bool) -> list:
     spec.loader.exec_module(module)
     model = module.load()
     assert isinstance(model, nnx.Module)
+    if eager == "train":  # a train=True module: each call with its key (args, seed), then its statistics
+        outs = [jax.tree.map(jax.device_get, model(*args, key=jax.random.key(seed))) for args, seed in args_list]
+        stats = {".".join(map(str, p)): jax.device_get(v.get_raw_value())
+                 for p, v in nnx.state(model, nnx.BatchStat).flat_state()}
+        return outs + [stats]
     if eager == "only":  # a dispatch host's module: Python control flow between its jitted methods
         return [jax.tree.map(jax.device_get, model(*args)) for args in args_list]
     graphdef, state = nnx.split(model)

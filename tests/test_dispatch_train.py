@@ -64,6 +64,19 @@ def _assert_stats_match(got: dict[str, np.ndarray], ref: nn.Module, step: object
             np.testing.assert_allclose(got[name], buf.numpy(), rtol=1e-5, atol=1e-5, err_msg=f"{step} {name}")
 
 
+def _assert_emitted_stats_match(got: dict[str, np.ndarray], ref: nn.Module, step: object) -> None:
+    """An emitted module's statistics against the torch twin's: it holds a buffer registered under
+    two names (skipnet's downsample shortcuts) once, under either; every buffer is held."""
+    named = dict(ref.named_buffers(remove_duplicate=False))
+    assert set(got) <= set(named), set(got) - set(named)
+    assert {id(named[k]) for k in got} == {id(b) for b in ref.buffers()}
+    for name in got:
+        if named[name].dtype == torch.int64:
+            assert int(got[name]) == int(named[name]), (step, name)
+        else:
+            np.testing.assert_allclose(got[name], named[name].numpy(), rtol=1e-5, atol=1e-5, err_msg=f"{step} {name}")
+
+
 def _twins(cls, *args):
     torch.manual_seed(0)
     model = cls(*args)
@@ -207,3 +220,60 @@ def test_random_sizes_from_data_run_and_host_statements_that_draw_or_update_are_
         assert err.value.location.file == __file__ and code in err.value.location.code and err.value.fix
     assert all(np.array_equal(v, before[k]) for k, v in _stats(jm).items())
     assert all(torch.equal(v, saved[k]) for k, v in model.state_dict().items())  # torch's statistics untouched
+
+
+def test_emitted_dispatch_host_in_train_mode_matches_torch_and_the_converted_model(tmp_path):
+    """The emitted module of a train=True dispatch-host model (loaded where torch cannot be
+    imported): each compiled region method takes its region key and writes the statistics it
+    updates, so its outputs and running statistics follow the ORIGINAL torch model in training
+    mode, and its random masks are jm's for the same key (the decode loop, taking 1 and 2
+    steps; skipnet_ff with host="dispatch", both paths)."""
+    from emit_jobs import run_emitted
+
+    model, ref = _twins(HaltingDecoder)
+    w = model.halt.weight.detach()[0]
+    base = torch.randn(8, DIM, generator=torch.Generator().manual_seed(1))
+    xs = [base * (1 + 0.1 * step) + shift * w / w.norm() for step, shift in enumerate([5.0, 1.5, -2.0, 1.5])]
+    jm = dycl_jax.to_jax(model, (base,), train=True)
+    for x in xs * 2:  # every signature seen twice: islands over new int values compile on the second
+        jm(x.numpy())
+        ref(x)
+    skip = load("skipnet_ff")
+    s_model, s_args = skip.example()
+    s_ref = copy.deepcopy(s_model).train()
+    s_jm = dycl_jax.to_jax(s_model, s_args, train=True, host="dispatch")
+    s_xs = [x for (x,) in skip.inputs(4, seed=3)]
+    for x in s_xs:
+        s_jm(x.numpy())
+        with torch.no_grad():
+            s_ref(x)
+    jm.emit(str(tmp_path / "decoder"))
+    s_jm.emit(str(tmp_path / "skipnet"))
+    got = run_emitted(tmp_path, {
+        "decoder": (str(tmp_path / "decoder"), [((x.numpy(),), 10 + i) for i, x in enumerate(xs)], "train"),
+        "skipnet": (str(tmp_path / "skipnet"), [((x.numpy(),), i) for i, x in enumerate(s_xs)], "train")})
+    status, outs = got["decoder"]
+    assert status == "ok", outs
+    lengths = []
+    for i, (x, (h, tokens, keeps)) in enumerate(zip(xs, outs)):
+        want_h, want_tokens, _ = ref(x)
+        np.testing.assert_array_equal(tokens, want_tokens.numpy())
+        np.testing.assert_allclose(h, want_h.detach().numpy(), rtol=1e-5, atol=1e-5)
+        _, _, jm_keeps = jm(x.numpy(), key=jax.random.key(10 + i))
+        assert len(keeps) == len(jm_keeps) == tokens.shape[1]
+        for k, j in zip(keeps, jm_keeps):  # the same masks: the same region keys, drawn alike
+            np.testing.assert_array_equal(k, np.asarray(j))
+        lengths.append(tokens.shape[1])
+    assert sorted(set(lengths)) == [1, 2]
+    _assert_emitted_stats_match(outs[-1], ref, "emitted decoder")
+    status, outs = got["skipnet"]
+    assert status == "ok", outs
+    for step, (x, g) in enumerate(zip(s_xs, outs)):
+        with torch.no_grad():
+            want = s_ref(x)
+        for wv, gv in zip(jax.tree_util.tree_leaves(want), jax.tree_util.tree_leaves(g)):
+            if isinstance(wv, torch.Tensor) and wv.is_floating_point():
+                np.testing.assert_allclose(np.asarray(gv), wv.numpy(), rtol=1e-4, atol=1e-4, err_msg=str(step))
+            else:
+                assert np.array_equal(np.asarray(gv), np.asarray(wv)), (step, gv, wv)
+    _assert_emitted_stats_match(outs[-1], s_ref, "emitted skipnet")

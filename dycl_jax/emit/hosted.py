@@ -17,10 +17,11 @@ import torch
 from dycl_jax.capture.region import capture_call
 from dycl_jax.emit import hierarchy
 from dycl_jax.emit.bodies import Body
+from dycl_jax.emit import hosted_train
 from dycl_jax.emit.host_ops import numpy_statement
 from dycl_jax.emit.host_program import (SHAPE_READS, HostProgram, _free_names, _globals_text, host_program,
                                         plain_statement)
-from dycl_jax.emit.ops import Expr
+from dycl_jax.emit.ops import Expr, lit
 from dycl_jax.emit.program import Program
 from dycl_jax.emit.writer import assemble, state_refs
 from dycl_jax.errors import DyclError, Location
@@ -84,6 +85,7 @@ class HostedEmitter:
             raise DyclError("emitted source: the host program's statements write module attributes, which the "
                             "emitted module does not hold", fix="keep the values in local variables")
         self.host = host
+        self.train = host.train  # train=True: regions captured in training mode, keyed (emit/hosted_train.py)
         self.modules = {id(m): p for p, m in host.root.named_modules()}
         self.by_id = {id(m): m for m in host.root.modules()}
         self.program: HostProgram = host_program(host.plan.dispatch, self.modules, host.root, host.method)
@@ -96,6 +98,8 @@ class HostedEmitter:
         self.constant_outputs: set[tuple[int, int]] = set()
         # islands whose host version also ran: their version table gives None for other values
         self.fallback: set[tuple[int, int]] = set()
+        self.tables: set[tuple[int, int]] = set()  # parts written as a table of versions
+        self.ran: dict[str, bool] = {}  # per host function with regions: whether any of them ran
 
     # ------------------------------------------------------------ reading the host
 
@@ -116,6 +120,7 @@ class HostedEmitter:
         spec = self.program.regions[rid]
         fname = self.program.region_fn[rid]
         st = self.host.regions.get(id(spec))
+        self.ran[fname] = self.ran.get(fname, False) or st is not None
         if st is None:
             return [f"raise ValueError({f'the {spec.label} never ran before this module was emitted: emit it again after calling the converted model on an input that reaches it'!r})"]
         lines = []
@@ -144,7 +149,9 @@ class HostedEmitter:
                                   SHAPE_READS | {"item", "tolist", "append", "extend"})
             if why is not None:
                 raise _refuse(spec, part, f"the emitted module cannot run it without torch: {why}")
-            return self.python_part(spec, part, fname)
+            # (the live host calls a program here, which takes a region key: the stream moves on alike)
+            counted = self.train and compiled and not forwards
+            return ([hosted_train.NEXT] if counted else []) + self.python_part(spec, part, fname)
         return self.compiled_part(rid, k, spec, part, fname)
 
     def python_part(self, spec: Any, part: Part, fname: str) -> list[str]:
@@ -227,7 +234,8 @@ class HostedEmitter:
             if cap is None:
                 fns = fns or self.program.units(spec, fname)
                 cap = exclusive(capture_call)(self.host.root, self.host._body(spec, part, fns), torch_args,
-                                              self.host._capture_context, leaf_view=values.open_closures)
+                                              self.host._capture_context, leaf_view=values.open_closures,
+                                              train=self.train)
             leaf_text = _leaf_texts(part.ins, tree, vals)
             held = {self.modules[id(v)]: leaf_text[i] for i, v in enumerate(vals)
                     if isinstance(v, torch.nn.Module) and self.modules[id(v)] != path}
@@ -333,6 +341,8 @@ class HostedEmitter:
             # value it baked in: one version each, chosen by the sizes of the arrays and those values
             g0 = next(iter(found.values()))[0]
             ins = [n for n in part.ins if n != "self"]
+            keyed = [hosted_train.NEXT_PARAM] if self.train else []
+            self.tables.add((rid, k))
             # (a list the part only appends to goes in empty on the host: not part of the key)
             arrays = [n for n in ins if g0.kinds[n] == "array" and n not in part.appends]
             plain = [n for n in ins if g0.kinds[n] == "python"]
@@ -359,14 +369,14 @@ class HostedEmitter:
                 f"calling the converted model on such inputs (e.g. other decode lengths)')"]
             methods.append("\n".join([
                 f"# {spec.label}: one version per input sizes and Python values it ran with",
-                f"def {name}(self{''.join(', ' + n for n in ins)}):",
+                f"def {name}(self{''.join(', ' + n for n in ins + keyed)}):",
                 f"    key = tuple(a.shape for a in jax.tree.leaves(({''.join(n + ', ' for n in arrays)}))), "
                 f"({''.join((f'tuple({n})' if _numbers(g0.given[part.ins.index(n)]) else n) + ', ' for n in plain)})",
                 f"    versions = {versions!r}",
                 "    version = versions.get(key)",
                 "    if version is None:",
                 *missing,
-                f"    return getattr(self, version)({', '.join(ins)})"]))
+                f"    return getattr(self, version)({', '.join(ins + [k + '()' for k in keyed])})"]))
             self.params[(rid, k)] = ins
 
     def method_text(self, prog: Program, g: _Graph, name: str, spec: Any, part: Part, path: str) -> str:
@@ -388,6 +398,9 @@ class HostedEmitter:
             raise DyclError(exc.message, location=Location(spec.file, first.line, first.code), fix=exc.fix) from None
         finally:
             prog.bound = {}
+        # train mode: the buffers the region updates are its graph's first outputs, written into the module
+        updates, exprs = exprs[:len(g.cap.mutations)], exprs[len(g.cap.mutations):]
+        body.lines += [f"{prog.state_expr(m, path)} = {lit(e)}" for m, e in zip(g.cap.mutations, updates)]
         leaves, constants = [], False
         for j, (slot, const) in enumerate(zip(g.cap.slots, g.cap.constants)):
             passed = g.cap.passed[j] if g.cap.passed else None
@@ -408,9 +421,11 @@ class HostedEmitter:
         deco = f"@nnx.jit(static_argnames={static!r})" if static else "@nnx.jit"
         # a jitted method returns arrays only: one giving Python values (sizes) runs its jnp code eagerly
         compute = any(n.op == "call_function" for n in gm.graph.nodes) and not constants
+        keyed = [hosted_train.KEY] if self.train else []
         head = [f"# {spec.label}: lines {lines}"] + ([deco] if compute else []) + \
-            [f"def {name}(self{''.join(', ' + n for n in params)}):"]
-        return "\n".join(head + ["    " + ln for ln in body.lines + [f"return {ret}" if ret else "return ()"]])
+            [f"def {name}(self{''.join(', ' + n for n in params + keyed)}):"]
+        lines_ = hosted_train.keyed_body(body.lines, body.keyed) + [f"return {ret}" if ret else "return ()"]
+        return "\n".join(head + ["    " + ln for ln in lines_])
 
 
 def _appended(name: str, value: Any, g: _Graph) -> str:
@@ -533,18 +548,28 @@ def emit_hosted(host: DispatchHost, model_name: str) -> tuple[str, dict[str, np.
     for g in em.out.graphs:
         refs.update(state_refs(g.cap.ep)[0])
     classes = {p: type(m) for p, m in host.root.named_modules(remove_duplicate=False)}
-    prog = Program([g.cap.ep.graph_module for g in em.out.graphs], classes, em.out.state, refs)
+    updated = tuple(dict.fromkeys(m for g in em.out.graphs for m in g.cap.mutations))
+    prog = Program([g.cap.ep.graph_module for g in em.out.graphs], classes, em.out.state, refs, updated)
     em.region_methods(prog)
+    root_call = em.out.calls[""]
+    functions = em.out.functions
+    if em.train:  # the root call takes key= and hands each compiled region call its key
+        prog.keyed_calls.add("")
+        root_call = hosted_train.keyed_root(*root_call)
+        functions = [hosted_train.REGION_KEYS, *functions]
+    unran = {em.paths[f] for f, ran in em.ran.items() if not ran}
     for path, call in em.out.calls.items():
-        if path:
+        # a submodule whose host method never ran a region, but which a compiled graph calls (inside a
+        # staged island): its __call__ is the graph's code, not a method that can only raise
+        if path and not (path in unran and path in prog.bodies):
             prog.bodies[path] = call
     header = {"import numpy as np", "import jax", "import os"}
     globals_ = ["\n".join(sorted(em.out.globals - header))] if em.out.globals - header else []
-    text, weights = assemble(prog, model_name, em.out.calls[""], em.out.state, em.out.methods,
-                             globals_ + em.out.functions)
+    text, weights = assemble(prog, model_name, root_call, em.out.state, em.out.methods, globals_ + functions)
 
     def call(m: re.Match) -> str:
         key = (int(m.group(1)), int(m.group(2)))
-        return f"self.{em.lines_of[key][0]}({', '.join(em.params[key])})"
+        keyed = [] if not em.train else [hosted_train.NEXT_FN if key in em.tables else hosted_train.NEXT]
+        return f"self.{em.lines_of[key][0]}({', '.join(em.params[key] + keyed)})"
     text = re.sub(r"_dycl_call_(\d+)_(\d+)\(\)", call, text)
     return re.sub(r"\b_dycl_(?=[a-z]+_\d)", "_", text), weights

@@ -40,7 +40,8 @@ from dycl_jax.lower.int_ranges import int64_verdict, int_scope
 from dycl_jax.lower.interpreter import LoweredGraph
 from dycl_jax.rewrite import lifting
 from dycl_jax.rewrite.api import DispatchPlan, patched
-from dycl_jax.rewrite.appends import appending, kept_identity, kept_in_place, rejoined, shared_containers
+from dycl_jax.rewrite.appends import (appended_lists, appending, emptied, extended, kept_identity, kept_in_place,
+                                      rejoined, shared_containers)
 from dycl_jax.rewrite.modes import exclusive, staging
 from dycl_jax.lower.ops.control_flow import recording
 from dycl_jax.rewrite.regions import (EXECUTOR, NOT_STAGED, AliasChoice, RegionSpec, aliased_at_call, defined, executing,
@@ -299,6 +300,19 @@ def _writer(spec: RegionSpec, part: Part, output: int | None) -> int | None:
     return at[-1] - part.first if at else None
 
 
+def _variant(part: Part, key: Any, leaves: list, tree: Any) -> Compiled | None:
+    """The program captured with symbolic ints that serves this signature (its guards hold for
+    these values), or None."""
+    symbolic = part.symbolic.get(tree)
+    if symbolic is None:
+        return None
+    entry = next((c for c in part.variants.get(values.symbolic_key(key, leaves, symbolic), ())
+                  if c.guard is None or c.guard(leaves)), None)
+    if entry is not None:  # (an exported host captures each signature it served with its values)
+        part.served[id(entry)][key] = None
+    return entry
+
+
 def _part(spec: RegionSpec, first: int, stop: int) -> Part:
     """Inputs: names read before written inside; outputs: names written that later statements
     of the region, or the code after it, read."""
@@ -454,7 +468,7 @@ class DispatchHost:
         if st is None:
             st = self.regions[id(spec)] = RegionState(spec, [_part(spec, 0, len(spec.statements))])
         if len(st.parts) == 1 and st.parts[0].ins == spec.ins:
-            outs = self._compiled_call(st.parts[0], vals)
+            outs = self._compiled_call(st.parts[0], vals, spec=spec, fns=fns)
             return outs if outs is not _MISSED else self._run_part(st, st.parts[0], fns, vals)
         env = dict(zip(spec.ins, vals))
         self._run_parts(st, list(st.parts), fns, env)
@@ -477,7 +491,7 @@ class DispatchHost:
         part = st.parts[0]
         if part.host_reason is not None:
             return NOT_STAGED
-        outs = self._compiled_call(part, vals)
+        outs = self._compiled_call(part, vals, spec=spec, fns=(fn,))
         if outs is not _MISSED:
             return outs
         try:
@@ -499,19 +513,35 @@ class DispatchHost:
         finally:
             self._region_env = outer
 
-    def _compiled_call(self, part: Part, vals: tuple, grad: bool | None = None) -> Any:
+    def _compiled_call(self, part: Part, vals: tuple, grad: bool | None = None,
+                       spec: RegionSpec | None = None, fns: Sequence[Callable] = ()) -> Any:
         """The usual call's short way: the outputs of the program the part compiled for this
-        signature, or _MISSED where `_run_part` must run (first calls, host parts, symbolic ints,
-        appended lists, lists changed in place, module attributes, in-place updates). `grad`: the
-        grad mode its signature has (default: torch's now)."""
-        if part.appends or part.in_place or part.same or self.attrs.slots \
-                or part.changes and shared_containers(vals):
+        signature (or, given the region's `spec` and statement `fns`, of its statements as plain
+        Python where the signature holds no tensors), or _MISSED where `_run_part` must run (first
+        calls, host parts, symbolic ints, lists one object under two names, module attributes,
+        in-place updates of arguments). `grad`: the grad mode its signature has (default: torch's now)."""
+        if part.same or self.attrs.slots or (part.in_place or part.changes) and shared_containers(vals):
             return _MISSED
-        leaves, _, key = values.call_key(vals, None, grad)
+        given, lists = vals, None
+        if part.appends:  # as `appending` runs it: the lists go in empty
+            lists = appended_lists(part.ins, part.appends, vals)
+            if lists is None:
+                return _MISSED
+            vals = emptied(part.ins, lists, vals)
+        leaves, tree, key = values.call_key(vals, None, grad)
         entry = part.cache.get(key)
-        if type(entry) is not Compiled or entry.mutated:
+        if entry is None and part.symbolic:
+            entry = _variant(part, key, leaves, tree)
+        if type(entry) is Compiled and not entry.mutated:
+            outs = entry.run(self._state, leaves)[0]
+        elif entry == DIRECT and spec is not None:
+            outs = run_statements(spec, fns[part.first:part.stop], vals, part.ins, part.outs, part.first)
+        else:
             return _MISSED
-        return entry.run(self._state, leaves)[0]
+        if lists is not None:
+            outs = extended(part.outs, lists, outs)
+        # lists and dicts changed in place stay the caller's objects (as `_run_part_kept` keeps them)
+        return kept_in_place(given, outs, part.in_place) if part.in_place else outs
 
     def _run_part(self, st: RegionState, part: Part, fns: Sequence[Callable], vals: tuple) -> tuple:
         if part.same:  # `saved = xs`: one list under two names comes back as one
@@ -553,12 +583,7 @@ class DispatchHost:
         leaves, tree, key = values.call_key(vals, attrs)
         entry = part.cache.get(key)
         if entry is None and part.symbolic:
-            symbolic = part.symbolic.get(tree)
-            if symbolic is not None:  # a program may hold for every value of these ints
-                entry = next((c for c in part.variants.get(values.symbolic_key(key, leaves, symbolic), ())
-                              if c.guard is None or c.guard(leaves)), None)
-                if entry is not None:
-                    part.served[id(entry)][key] = None
+            entry = _variant(part, key, leaves, tree)
         if entry is None or entry == READ:
             got = self._read(st.spec, part, vals)
             if got is not reads.NOT_READ:

@@ -135,9 +135,9 @@ def call_key(vals: tuple, attrs: tuple | None, grad: bool | None = None) -> tupl
         kinds = _FLAT.get(tuple(map(type, vals)), False)
         if kinds is False:
             kinds = _flat_kinds(vals)
-        if kinds is not None:
-            tree, arrays = kinds
-            leaves = list(vals)
+        if kinds is not None and (kinds[2] is None or not any(vals[i] for i in kinds[2])):
+            tree, arrays, lists = kinds
+            leaves = list(vals) if lists is None else [v for i, v in enumerate(vals) if i not in lists]
             keys = tuple([leaf_key(v) for v in leaves])
             same = same_arrays(leaves) if arrays > 1 else ()
             return leaves, tree, (tree, keys, grad, same)
@@ -151,17 +151,22 @@ def call_key(vals: tuple, attrs: tuple | None, grad: bool | None = None) -> tupl
 
 
 # per tuple of input types: None where the general path must run (a container, None, a tensor,
-# a function), else the tree of `(vals, None)` and how many leaves are arrays. (Pytree nodes are
-# registered by type; a type registered only after its first use here would stay a leaf.)
-_FLAT: dict[tuple[type, ...], tuple[Any, int] | None] = {}
+# a function), else the tree of `(vals, None)`, how many leaves are arrays, and the positions of
+# lists, which hold no leaves when empty (an appended list goes into a part empty: appends.py),
+# else None. (Pytree nodes are registered by type; a type registered only after its first use
+# here would stay a leaf.)
+_FLAT: dict[tuple[type, ...], tuple[Any, int, frozenset[int] | None] | None] = {}
 
 
-def _flat_kinds(vals: tuple) -> tuple[Any, int] | None:
+def _flat_kinds(vals: tuple) -> tuple[Any, int, frozenset[int] | None] | None:
     types_ = tuple(map(type, vals))
+    lists = frozenset(i for i, t in enumerate(types_) if t is list)
+    # the types' tree, taken with every list empty (a call with a non-empty list takes the general path)
+    probe = tuple([] if i in lists else v for i, v in enumerate(vals))
     flat = all(not issubclass(t, (torch.Tensor, types.FunctionType)) for t in types_) \
-        and jax.tree_util.all_leaves(vals)
-    kinds = _FLAT[types_] = (jax.tree_util.tree_structure((vals, None)),
-                             sum(issubclass(t, ARRAYS) for t in types_)) if flat else None
+        and jax.tree_util.all_leaves([v for i, v in enumerate(vals) if i not in lists])
+    kinds = _FLAT[types_] = (jax.tree_util.tree_structure((probe, None)),
+                             sum(issubclass(t, ARRAYS) for t in types_), lists or None) if flat else None
     return kinds
 
 

@@ -33,12 +33,31 @@ def appending(ins: Sequence[str], outs: Sequence[str], appends: Sequence[str], v
     as a new empty list, and what the part appended to it is added to the caller's list, which
     is the output (as `xs.append` keeps the list's identity). So the part's signature is the
     same at every length of the list: a decode loop body compiles once, not once per step."""
+    lists = appended_lists(ins, appends, vals)
+    if lists is None:
+        return run(vals)
+    return extended(outs, lists, run(emptied(ins, lists, vals)))
+
+
+def appended_lists(ins: Sequence[str], appends: Sequence[str], vals: tuple) -> dict[str, list] | None:
+    """The caller's lists among `vals` that go in empty (by name), or None where the part must
+    see them whole: none is a list, or a list another input also holds or contains."""
     lists = {n: v for n, v in zip(ins, vals) if n in appends and type(v) is list}
-    # (a list another input also holds, or contains, is seen whole by the part: run as it is)
     if not lists or any(v is l or type(v) in (list, tuple) and any(x is l for x in v)
                         for n, v in zip(ins, vals) if n not in lists for l in lists.values()):
-        return run(vals)
-    got = list(run(tuple([] if n in lists else v for n, v in zip(ins, vals))))
+        return None
+    return lists
+
+
+def emptied(ins: Sequence[str], lists: dict[str, list], vals: tuple) -> tuple:
+    """`vals` with a new empty list in place of each of `lists`."""
+    return tuple([] if n in lists else v for n, v in zip(ins, vals))
+
+
+def extended(outs: Sequence[str], lists: dict[str, list], got: Sequence[Any]) -> tuple:
+    """The part's outputs `got` with each appended list's items added to the caller's list,
+    which takes its place."""
+    got = list(got)
     for k, n in enumerate(outs):
         if n in lists:
             lists[n].extend(got[k])

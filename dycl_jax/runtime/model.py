@@ -192,7 +192,21 @@ class JaxModel:
         from dycl_jax.emit.hosted import emit_hosted
         from dycl_jax.rewrite.modes import exclusive
 
-        return exclusive(emit_hosted)(self._fn, type(self._fn.root).__name__)
+        import numpy as np
+
+        host = self._host_object()
+        text, weights = exclusive(emit_hosted)(host, type(host.root).__name__)
+        # the weights as this model holds them now (a train=True call's statistics, training in
+        # JAX), not the torch model's: the regions were captured from torch's tensors
+        for path, w in weights.items():
+            i = host.path_index.get(path)
+            if i is not None:
+                weights[path] = np.asarray(self._variables[i].get_raw_value()).astype(w.dtype)
+        return text, weights
+
+    def _host_object(self) -> Any:
+        """The dispatch host this model calls."""
+        return self._fn
 
     def _emitted(self) -> "EmitInput":
         inp = getattr(self, "_emit_input", None)

@@ -5,7 +5,7 @@ from typing import Any, Callable
 
 from flax import nnx
 
-from dycl_jax.errors import CallError, DyclError
+from dycl_jax.errors import CallError
 from dycl_jax.lower.int_ranges import int_scope
 from dycl_jax.lower.ops.control_flow import differentiable
 from dycl_jax.rewrite.decisions import Decision
@@ -78,29 +78,19 @@ class TrainingJaxModel(JaxModel):
             return self._traced(args, self._key(key))
 
     def to_source(self) -> str:
-        """The training-mode program as Flax NNX source (staged host): its `__call__` takes `key=`
-        (or `rngs=`, else draws from the module's `rngs`) as this model does, and writes the
-        updated BatchNorm statistics (`nnx.BatchStat`) into the module."""
-        if self.host == "dispatch":
-            raise self._not_emitted()
+        """The training-mode program as Flax NNX source: its `__call__` takes `key=` (or `rngs=`,
+        else draws from the module's `rngs`) as this model does, and writes the updated BatchNorm
+        statistics (`nnx.BatchStat`) into the module. On the dispatch host each compiled region
+        method takes its region key and writes the statistics it updates (emit/hosted_train.py)."""
         return super().to_source()
 
     def emit(self, out_dir: str) -> str:
         """Write the training-mode module (see to_source) and its weights to `out_dir`."""
-        if self.host == "dispatch":
-            raise self._not_emitted()
         return super().emit(out_dir)
 
-    def _not_emitted(self) -> DyclError:
-        # the emitted dispatch host's regions are eval-mode programs: written from training-mode
-        # captures they would run dropout without a key and discard the statistics
-        return DyclError(
-            "emitted source of a train=True model is written for the staged host; this model runs on the dispatch "
-            "host, whose emitted region methods would take no dropout key and keep no BatchNorm update (the "
-            "location, where given, is what kept it off the staged host)",
-            location=self.dispatch_location,
-            fix="emit a train=False conversion of the model (dycl_jax.to_jax(model.eval(), args).emit(dir)), or "
-                "jm.export(path) this one: a train=True artifact takes a key and returns the updated statistics")
+    def _host_object(self) -> Any:
+        # on the dispatch host `fn` is the host's train_call with the updated buffers bound
+        return self._fn.func.__self__ if self.host == "dispatch" else self._fn
 
     def padded(self, *args: Any) -> Any:
         raise CallError("a model converted with train=True has no padded form", fix="call jm(...) or jm.apply(...)")

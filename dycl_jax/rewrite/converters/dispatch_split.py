@@ -380,23 +380,26 @@ class _Splitter:
 
     def _while(self, s: ast.While) -> list[ast.stmt]:
         # while test: body [else: tail]  ==>  while True: _t = test; if not _t: [_else = True;] break; body
+        # (`while True:` / `while 1:` stays as it is: a region for a constant would cost a call per iteration)
+        always = isinstance(s.test, ast.Constant) and bool(s.test.value)
         tmp = self.ctx.fresh("t")
         self.locals.add(tmp)
-        test_region = self._region([locate(set_name(tmp, self._test(s.test, s)), s)], (tmp,))
+        test_region = [] if always else self._region([locate(set_name(tmp, self._test(s.test, s)), s)], (tmp,))
         stop: list[ast.stmt] = [ast.Break()]
         pre: list[ast.stmt] = []
         post: list[ast.stmt] = []
-        if s.orelse:
+        if s.orelse and not always:  # (the else of `while True:` never runs)
             flag = self.ctx.fresh("else")
             self.locals.add(flag)
             pre = [set_name(flag, const(False))]
             stop = [set_name(flag, const(True)), ast.Break()]
             post = [ast.If(test=name(flag), body=self.block(s.orelse), orelse=[])]
-        check = ast.If(test=ast.UnaryOp(op=ast.Not(), operand=self._decide(tmp, s, "while")), body=stop, orelse=[])
+        check = [] if always else \
+            [ast.If(test=ast.UnaryOp(op=ast.Not(), operand=self._decide(tmp, s, "while")), body=stop, orelse=[])]
         self.loops += 1
         body = self.block(s.body)
         self.loops -= 1
-        loop = ast.While(test=const(True), body=[*test_region, check, *body], orelse=[])
+        loop = ast.While(test=const(True), body=[*test_region, *check, *body] or [ast.Pass()], orelse=[])
         return locate([*pre, loop, *post], s)
 
     # ------------------------------------------------------------ helpers
