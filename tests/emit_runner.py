@@ -23,6 +23,17 @@ def run_one(k: int, out_dir: str, args_list: list, eager: bool) -> list:
         stats = {".".join(map(str, p)): jax.device_get(v.get_raw_value())
                  for p, v in nnx.state(model, nnx.BatchStat).flat_state()}
         return outs + [stats]
+    if eager == "padded":  # a padded module: called eagerly; then, for the first inputs, its `padded`
+        # method under jax.jit, and the message of calling it (which cuts on the host) under jax.jit
+        outs = [jax.tree.map(jax.device_get, model(*args)) for args in args_list]
+        graphdef, state = nnx.split(model)
+        padded = jax.jit(lambda s, *a: nnx.merge(graphdef, s).padded(*a))(state, *args_list[0])
+        try:
+            jax.jit(lambda s, *a: nnx.merge(graphdef, s)(*a))(state, *args_list[0])
+            message = None
+        except TypeError as exc:
+            message = str(exc)
+        return outs + [jax.device_get(padded), message]
     if eager == "only":  # a dispatch host's module: Python control flow between its jitted methods
         return [jax.tree.map(jax.device_get, model(*args)) for args in args_list]
     graphdef, state = nnx.split(model)

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+import jax
+import numpy as np
 import pytest
 import torch
 import torch.nn as nn
@@ -72,11 +74,18 @@ def test_emitted_padded_modules_match_torch_on_every_path(tmp_path) -> None:
         jm.emit(str(tmp_path / name))
         cases = _cases(load(name), 8)
         made[name] = (model, jm, cases)
-        jobs[name] = (str(tmp_path / name), [tuple(a.numpy() for a in c) for c in cases], "only")
+        jobs[name] = (str(tmp_path / name), [tuple(a.numpy() for a in c) for c in cases], "padded")
     results = run_emitted(tmp_path, jobs)
     for name, (model, jm, cases) in made.items():
         status, outs = results[name]
         assert status == "ok", f"{name}: the emitted module failed without torch:\n{outs}"
+        # under jax.jit: `padded` gives jm.padded's arrays; the call, which cuts on the host, says so
+        *outs, padded, message = outs
+        want = jax.tree_util.tree_leaves(jm.padded(*[a.numpy() for a in cases[0]]))
+        assert len(padded) == len(want), name
+        for g, w in zip(padded, want):
+            np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-5, atol=1e-5, err_msg=name)
+        assert message is not None and ".padded(" in message, (name, message)
         text = (tmp_path / name / "model.py").read_text()
         assert "@nnx.jit\n    def padded(self" in text and "trim_padded(" in text
         paths = set()

@@ -205,6 +205,9 @@ def _padded_call(spec: pytree.TreeSpec, leaves: list[str], params: list[str],
          *["    " + ln for ln in lines], f"    return ({', '.join(leaves)},)"])
     out = [f"out[{i}]" for i in range(len(leaves) - 1)]
     call = [f"out = self.padded({args})",
+            "if isinstance(out[-1], jax.core.Tracer):  # the cut needs the lengths' values",
+            "    raise TypeError('the exact outputs have data-dependent sizes, cut on the host: under jax.jit "
+            "or jax.vmap call .padded(...), which returns the padded values, their lengths and the bound flag')",
             "if bool(np.any(np.asarray(out[-1]))):",
             f"    raise ValueError({str(decode_bound_error(spec.context))!r})",
             f"return {_tree(spec.children()[0], out)}"]
