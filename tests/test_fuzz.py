@@ -101,6 +101,7 @@ REGRESSION_INPUTS = {
     399509737: (0, 1),  # conversion crashed (UnboundLocalError for `hh`), whatever the input
     603013928: (0, 1),  # staging crashed (torch's while_loop stride check), whatever the input
     814851589: (0, 5),  # 5 failed under dispatch (`a` off by 1), 0 matched
+    1934115: (0, 1),  # staging crashed (lax.scan with nothing to scan over), whatever the input
 }
 
 

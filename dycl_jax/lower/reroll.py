@@ -115,7 +115,8 @@ class Rerolled:
             # a scan needs its carry bit-identical from step to step (weak types included)
             return [jnp.asarray(o, dtype=c.dtype).reshape(c.shape) for o, c in zip(out, carry)], None
 
-        final, _ = jax.lax.scan(body, init, (xs, list(stacks)))
+        # (length: blocks of one shared module stack no weights, and may carry every value)
+        final, _ = jax.lax.scan(body, init, (xs, list(stacks)), length=len(run.segments))
         return final
 
 
