@@ -14,7 +14,6 @@ import torch
 from flax import nnx
 
 import dycl_jax
-from dycl_jax.errors import DyclError
 from test_train_mode import _REFINED, DIM, GatedExitNet, LoopDrop, RefinedNorm, _fresh, _inputs, _shifted
 
 
@@ -153,11 +152,37 @@ def test_dropout_in_a_branch_in_a_while_loop_draws_per_iteration_as_jm(tmp_path)
     np.testing.assert_array_equal(np.asarray(run(-x.numpy())), 2 * np.ones((4, 2500)))  # the other branch
 
 
-def test_dispatch_host_train_model_refuses_emission_located():
-    jm = dycl_jax.to_jax(GatedExitNet(), (torch.randn(4, DIM),), train=True, host="dispatch")
-    with pytest.raises(DyclError, match="staged host") as err:
-        jm.to_source()
-    assert "train=False" in err.value.fix
+def test_dispatch_host_train_model_emits_and_matches_torch_and_jm(tmp_path):
+    """host="dispatch": each emitted region method takes its region key and writes the statistics
+    it updates. Dropout p=0: outputs, exit ids and every statistic against torch's train mode on
+    every path; p=0.5: `model(x, key=k)` equals `jm(x, key=k)`, another key another mask."""
+    model, ref = _fresh()
+    base = _inputs()
+    jm = dycl_jax.to_jax(model, (base,), train=True, host="dispatch")
+    emitted, text = _load(jm, tmp_path / "m", "emitted_gated_dispatch_train")
+    assert "def region_key()" in text and "nnx.BatchStat" in text and "@nnx.jit" in text
+    seen = set()
+    for step, (gate_open, early) in enumerate([(True, True), (False, False), (True, False), (False, True),
+                                               (True, False)]):
+        x = _shifted(model, base + 0.1 * step, gate_open, early)
+        want_out, want_exit = ref(x)
+        got, mine = emitted(x.numpy(), key=jax.random.key(step)), jm(x.numpy(), key=jax.random.key(step))
+        assert int(got[1]) == int(mine[1]) == want_exit == (0 if early else 1), step
+        np.testing.assert_allclose(np.asarray(got[0]), want_out.detach().numpy(), rtol=1e-4, atol=1e-5)
+        _same_stats(_stats(emitted), ref, f"step {step}")
+        _same_stats(_jm_stats(jm), ref, f"jm step {step}")
+        seen.add((gate_open, early))
+    assert len(seen) == 4
+    model, _ = _fresh(p=0.5)
+    jm = dycl_jax.to_jax(model, (base,), train=True, host="dispatch")
+    emitted, _ = _load(jm, tmp_path / "p", "emitted_gated_dispatch_dropout", rngs=nnx.Rngs(0))
+    x = _shifted(model, base, True, False).numpy()
+    k1, k2 = jax.random.key(7), jax.random.key(8)
+    a, mine = emitted(x, key=k1), jm(x, key=k1)
+    np.testing.assert_allclose(np.asarray(a[0]), np.asarray(mine[0]), rtol=1e-5, atol=1e-6)
+    for name, v in _jm_stats(jm).items():
+        np.testing.assert_allclose(_stats(emitted)[name], v, rtol=1e-6, atol=1e-6, err_msg=name)
+    assert not np.allclose(np.asarray(a[0]), np.asarray(emitted(x, key=k2)[0]))  # another key, another mask
 
 
 class Draws(torch.nn.Module):
