@@ -515,12 +515,12 @@ class DispatchHost:
 
     def _compiled_call(self, part: Part, vals: tuple, grad: bool | None = None,
                        spec: RegionSpec | None = None, fns: Sequence[Callable] = ()) -> Any:
-        """The usual call's short way: the outputs of the program the part compiled for this
-        signature (or, given the region's `spec` and statement `fns`, of its statements as plain
-        Python where the signature holds no tensors), or _MISSED where `_run_part` must run (first
-        calls, host parts, symbolic ints, lists one object under two names, module attributes,
-        in-place updates of arguments). `grad`: the grad mode its signature has (default: torch's now)."""
-        if part.same or self.attrs.slots or (part.in_place or part.changes) and shared_containers(vals):
+        """The usual call's short way, with `_run_part`'s results: the outputs of the program the
+        part compiled for this signature (or, given the region's `spec` and statement `fns`, of its
+        statements as Python where the signature holds no tensors or they only move arrays), or
+        _MISSED where `_run_part` must run (first calls, host parts, reads, lists one object under
+        two names, module attributes). `grad`: the grad mode its signature has (default: torch's now)."""
+        if self.attrs.slots or (part.in_place or part.changes) and shared_containers(vals):
             return _MISSED
         given, lists = vals, None
         if part.appends:  # as `appending` runs it: the lists go in empty
@@ -532,16 +532,25 @@ class DispatchHost:
         entry = part.cache.get(key)
         if entry is None and part.symbolic:
             entry = _variant(part, key, leaves, tree)
-        if type(entry) is Compiled and not entry.mutated:
+        if type(entry) is Compiled and (spec is not None or not entry.mutated):
+            if entry.mutated:  # (an update of the caller's own tensor is refused, as on the full way)
+                self._check_arguments_kept(spec, part, leaves, entry.mutated)  # type: ignore[arg-type]
             outs = entry.run(self._state, leaves)[0]
-        elif entry == DIRECT and spec is not None:
+        elif spec is None or type(entry) is not str:
+            return _MISSED
+        elif entry == DIRECT:
             outs = run_statements(spec, fns[part.first:part.stop], vals, part.ins, part.outs, part.first)
+        elif entry == CARRIED:
+            outs = carry(self._body(spec, part, fns), leaves, tree)[0]
         else:
             return _MISSED
         if lists is not None:
             outs = extended(part.outs, lists, outs)
-        # lists and dicts changed in place stay the caller's objects (as `_run_part_kept` keeps them)
-        return kept_in_place(given, outs, part.in_place) if part.in_place else outs
+        # lists and dicts changed in place stay the caller's objects, one list under two names one
+        # (as `_run_part` keeps them)
+        if part.in_place:
+            outs = kept_in_place(given, outs, part.in_place)
+        return kept_identity(given, outs, part.same) if part.same else outs
 
     def _run_part(self, st: RegionState, part: Part, fns: Sequence[Callable], vals: tuple) -> tuple:
         if part.same:  # `saved = xs`: one list under two names comes back as one
