@@ -25,6 +25,9 @@ REGION_KEYS = '''_CALLS = []  # per train-mode call running now: [its key, regio
 def region_key():
     """The next compiled region's key: the n-th region call of a call draws from fold_in(key, n),
     as the converted model's dispatch host does."""
+    if not _CALLS:
+        raise ValueError("a train-mode region ran outside a call of the model: call the loaded model "
+                         "itself (with key= or rngs=), which hands out its regions' keys")
     call = _CALLS[-1]
     call[1] += 1
     return jax.random.fold_in(call[0], call[1] - 1)'''
