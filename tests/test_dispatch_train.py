@@ -222,12 +222,41 @@ def test_random_sizes_from_data_run_and_host_statements_that_draw_or_update_are_
     assert all(torch.equal(v, saved[k]) for k, v in model.state_dict().items())  # torch's statistics untouched
 
 
+class _Block(nn.Module):
+    def __init__(self, project: bool):
+        super().__init__()
+        self.lin, self.norm = nn.Linear(DIM, DIM), nn.BatchNorm1d(DIM)
+        self.proj = nn.Linear(DIM, DIM) if project else None
+
+    def forward(self, x):
+        h = torch.relu(self.norm(self.lin(x)))
+        if self.proj is not None:
+            x = self.proj(x)
+        return h + x
+
+
+class ReusedBlock(nn.Module):
+    """A block called unconditionally and again under a gate read with `.item()`: host="dispatch"
+    stages the whole forward as one island, whose graph calls the block as a module."""
+
+    def __init__(self):
+        super().__init__()
+        self.first, self.block = _Block(True), _Block(False)
+
+    def forward(self, x):
+        h = self.block(self.first(x))
+        if h.mean().item() > 0.5:
+            h = self.block(h)
+        return h
+
+
 def test_emitted_dispatch_host_in_train_mode_matches_torch_and_the_converted_model(tmp_path):
-    """The emitted module of a train=True dispatch-host model (loaded where torch cannot be
-    imported): each compiled region method takes its region key and writes the statistics it
-    updates, so its outputs and running statistics follow the ORIGINAL torch model in training
-    mode, and its random masks are jm's for the same key (the decode loop, taking 1 and 2
-    steps; skipnet_ff with host="dispatch", both paths)."""
+    """The emitted module of a dispatch-host model (loaded where torch cannot be imported). In
+    train mode each compiled region method takes its region key and writes the statistics it
+    updates: outputs and running statistics follow the ORIGINAL torch model in training mode, and
+    the random masks are jm's for the same key (the decode loop, taking 1 and 2 steps). A block
+    whose host method never ran but which an island's graph calls gets the graph's code (it
+    raised "never ran" on every input before; eval and train mode, both paths of the gate)."""
     from emit_jobs import run_emitted
 
     model, ref = _twins(HaltingDecoder)
@@ -238,20 +267,21 @@ def test_emitted_dispatch_host_in_train_mode_matches_torch_and_the_converted_mod
     for x in xs * 2:  # every signature seen twice: islands over new int values compile on the second
         jm(x.numpy())
         ref(x)
-    skip = load("skipnet_ff")
-    s_model, s_args = skip.example()
-    s_ref = copy.deepcopy(s_model).train()
-    s_jm = dycl_jax.to_jax(s_model, s_args, train=True, host="dispatch")
-    s_xs = [x for (x,) in skip.inputs(4, seed=3)]
-    for x in s_xs:
-        s_jm(x.numpy())
-        with torch.no_grad():
-            s_ref(x)
     jm.emit(str(tmp_path / "decoder"))
-    s_jm.emit(str(tmp_path / "skipnet"))
-    got = run_emitted(tmp_path, {
-        "decoder": (str(tmp_path / "decoder"), [((x.numpy(),), 10 + i) for i, x in enumerate(xs)], "train"),
-        "skipnet": (str(tmp_path / "skipnet"), [((x.numpy(),), i) for i, x in enumerate(s_xs)], "train")})
+    reused, reused_ref = _twins(ReusedBlock)
+    r_xs = [base, base + 2.0]
+    jobs = {"decoder": (str(tmp_path / "decoder"), [((x.numpy(),), 10 + i) for i, x in enumerate(xs)], "train")}
+    for train in (False, True):
+        r_jm = dycl_jax.to_jax(reused, (base,), train=train, host="dispatch")
+        for x in r_xs:
+            r_jm(x.numpy())
+            if train:  # the torch twin takes the same steps
+                with torch.no_grad():
+                    reused_ref(x)
+        r_jm.emit(str(tmp_path / f"reused_{train}"))
+        calls = [((x.numpy(),), i) for i, x in enumerate(r_xs)] if train else [(x.numpy(),) for x in r_xs]
+        jobs[f"reused_{train}"] = (str(tmp_path / f"reused_{train}"), calls, "train" if train else "only")
+    got = run_emitted(tmp_path, jobs)
     status, outs = got["decoder"]
     assert status == "ok", outs
     lengths = []
@@ -266,14 +296,14 @@ def test_emitted_dispatch_host_in_train_mode_matches_torch_and_the_converted_mod
         lengths.append(tokens.shape[1])
     assert sorted(set(lengths)) == [1, 2]
     _assert_emitted_stats_match(outs[-1], ref, "emitted decoder")
-    status, outs = got["skipnet"]
-    assert status == "ok", outs
-    for step, (x, g) in enumerate(zip(s_xs, outs)):
-        with torch.no_grad():
-            want = s_ref(x)
-        for wv, gv in zip(jax.tree_util.tree_leaves(want), jax.tree_util.tree_leaves(g)):
-            if isinstance(wv, torch.Tensor) and wv.is_floating_point():
-                np.testing.assert_allclose(np.asarray(gv), wv.numpy(), rtol=1e-4, atol=1e-4, err_msg=str(step))
-            else:
-                assert np.array_equal(np.asarray(gv), np.asarray(wv)), (step, gv, wv)
-    _assert_emitted_stats_match(outs[-1], s_ref, "emitted skipnet")
+    with torch.no_grad():  # both paths of the gate are taken (eval mode: no statistics change)
+        assert {bool(reused.block(reused.first(x)).mean() > 0.5) for x in r_xs} == {True, False}
+    for train in (False, True):
+        status, outs = got[f"reused_{train}"]
+        assert status == "ok", outs
+        for step, (x, g) in enumerate(zip(r_xs, outs)):
+            with torch.no_grad():
+                want = (reused_ref if train else reused)(x)
+            np.testing.assert_allclose(np.asarray(g), want.numpy(), rtol=1e-5, atol=1e-5, err_msg=f"{train} {step}")
+        if train:
+            _assert_emitted_stats_match(outs[-1], reused_ref, "emitted reused block")
