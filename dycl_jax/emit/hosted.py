@@ -15,9 +15,8 @@ import numpy as np
 import torch
 
 from dycl_jax.capture.region import capture_call
-from dycl_jax.emit import hierarchy
+from dycl_jax.emit import hierarchy, hosted_train
 from dycl_jax.emit.bodies import Body
-from dycl_jax.emit import hosted_train
 from dycl_jax.emit.host_ops import numpy_statement
 from dycl_jax.emit.host_program import (SHAPE_READS, HostProgram, _free_names, _globals_text, host_program,
                                         plain_statement)
@@ -424,8 +423,8 @@ class HostedEmitter:
         keyed = [hosted_train.KEY] if self.train else []
         head = [f"# {spec.label}: lines {lines}"] + ([deco] if compute else []) + \
             [f"def {name}(self{''.join(', ' + n for n in params + keyed)}):"]
-        lines_ = hosted_train.keyed_body(body.lines, body.keyed) + [f"return {ret}" if ret else "return ()"]
-        return "\n".join(head + ["    " + ln for ln in lines_])
+        code = hosted_train.keyed_body(body.lines, body.keyed) + [f"return {ret}" if ret else "return ()"]
+        return "\n".join(head + ["    " + ln for ln in code])
 
 
 def _appended(name: str, value: Any, g: _Graph) -> str:

@@ -313,6 +313,14 @@ def _variant(part: Part, key: Any, leaves: list, tree: Any) -> Compiled | None:
     return entry
 
 
+def _kept(part: Part, vals: tuple, outs: tuple) -> tuple:
+    """A part's outputs with the lists and dicts it changes in place still the caller's objects,
+    and one list under two names (`saved = xs`) one object again (both ways of running a part)."""
+    if part.in_place:
+        outs = kept_in_place(vals, outs, part.in_place)
+    return kept_identity(vals, outs, part.same) if part.same else outs
+
+
 def _part(spec: RegionSpec, first: int, stop: int) -> Part:
     """Inputs: names read before written inside; outputs: names written that later statements
     of the region, or the code after it, read."""
@@ -544,25 +552,13 @@ class DispatchHost:
             outs = carry(self._body(spec, part, fns), leaves, tree)[0]
         else:
             return _MISSED
-        if lists is not None:
-            outs = extended(part.outs, lists, outs)
-        # lists and dicts changed in place stay the caller's objects, one list under two names one
-        # (as `_run_part` keeps them)
-        if part.in_place:
-            outs = kept_in_place(given, outs, part.in_place)
-        return kept_identity(given, outs, part.same) if part.same else outs
+        return _kept(part, given, outs if lists is None else extended(part.outs, lists, outs))
 
     def _run_part(self, st: RegionState, part: Part, fns: Sequence[Callable], vals: tuple) -> tuple:
-        if part.same:  # `saved = xs`: one list under two names comes back as one
-            return kept_identity(vals, self._run_part_kept(st, part, fns, vals), part.same)
-        return self._run_part_kept(st, part, fns, vals)
-
-    def _run_part_kept(self, st: RegionState, part: Part, fns: Sequence[Callable], vals: tuple) -> tuple:
         shared = shared_containers(vals) if part.in_place or part.changes else []
         # one list under two of its names: a compiled program would take two, the host one
         outs = self._run_shared(st, part, fns, vals, shared) if shared else self._run_part_listed(st, part, fns, vals)
-        # lists and dicts changed in place stay the caller's objects
-        return kept_in_place(vals, outs, part.in_place) if part.in_place else outs
+        return _kept(part, vals, outs)
 
     def _run_shared(self, st: RegionState, part: Part, fns: Sequence[Callable], vals: tuple,
                     shared: list[tuple[int, int]]) -> tuple:
