@@ -102,6 +102,8 @@ REGRESSION_INPUTS = {
     603013928: (0, 1),  # staging crashed (torch's while_loop stride check), whatever the input
     814851589: (0, 5),  # 5 failed under dispatch (`a` off by 1), 0 matched
     1934115: (0, 1),  # staging crashed (lax.scan with nothing to scan over), whatever the input
+    773472307: (0, 1),  # 0 failed (`a` missed `v.add_(h)`), 1 matched
+    773472259: (0, 3),  # 3 failed (`v` missed `xs[0].add_(h)`), 0 matched
 }
 
 

@@ -8,19 +8,20 @@ import jax
 
 from dycl_jax.capture.ordered_dicts import leaves_in_order
 from dycl_jax.errors import AliasedUpdateError, Location, limitation
+from dycl_jax.rewrite.frames import visible_locals
 from dycl_jax.rewrite.regions import RegionSpec
 
 
 def user_locals(env: dict, operators: Sequence[Callable]) -> dict:
-    """The user's names as the part is called: the locals of the function that called one of
-    `operators` (the generated `region` / `island` call), with `env` (the names a split region
-    computed so far) over them."""
+    """The user's names as the part is called: those the function that called one of
+    `operators` (the generated `region` / `island` call) sees (`visible_locals`: an enclosing
+    generated function's too), with `env` (the names a split region computed so far) over them."""
     codes = {op.__code__ for op in operators}
     frame = sys._getframe()
     while frame is not None and frame.f_code not in codes:
         frame = frame.f_back
     caller = frame.f_back if frame is not None else None
-    return {**(caller.f_locals if caller is not None else {}), **env}
+    return {**(visible_locals(caller) if caller is not None else {}), **env}
 
 
 def check_views_kept(spec: RegionSpec, part: Any, vals: tuple, leaves: list, outs: tuple,

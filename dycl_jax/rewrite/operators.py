@@ -33,6 +33,7 @@ from dycl_jax.rewrite.plan import Undefined
 from dycl_jax.rewrite.sites import ON_DISPATCH, Site
 from dycl_jax.rewrite.exits import ExitOnly, unless, with_dead  # noqa: F401  (unless: called by generated code)
 from dycl_jax.rewrite.exits import running as exit_running
+from dycl_jax.rewrite.frames import visible_locals
 from dycl_jax.rewrite.values import and_value, data, getitem, item_operand, np_reduce, or_value  # noqa: F401  (called by generated code)
 from dycl_jax.rewrite.regions import NOT_STAGED, decide, defined, island, region  # noqa: F401  (dispatch host)
 from dycl_jax.rewrite.padding import decoded, unrolled  # noqa: F401  (unrolled decode loops)
@@ -69,17 +70,20 @@ def _views_kept(n: str, m: str) -> str:
 def _check_kept_aliases(site: Site, values: dict, frame: Any, branches: bool = False) -> None:
     """Refuse a construct whose output may stay the same tensor as another name on one path,
     when one of the two is updated in place later: torch's update reaches both there."""
-    local = frame.f_locals
+    local = visible_locals(frame)
     for n, m in site.kept_aliases:
         if branches and n in site.names and m in site.names:
             continue  # both outputs: decided after the join (_check_split_aliases)
-        t = values.get(n)
-        if isinstance(t, torch.Tensor) and local.get(m) is t:
-            raise StagedAliasError(
-                f"{site.construct}: `{n}` is the same tensor as `{m}` before it and stays so on a path that "
-                f"leaves `{n}` unchanged; one of them is updated in place later while the other is still read, "
-                f"which torch applies to both on that path only, and a converted construct gives `{n}` a new tensor",
-                location=site.location, fix=ON_DISPATCH)
+        t, x = values.get(n), local.get(m)
+        how = _shares(x, t) if isinstance(t, torch.Tensor) and not _remade(site, m, local) else None
+        if how is not None:
+            what = {"same": "the same tensor as", "element": "an element of", "view": "sharing memory with"}[how]
+            error = _alias_error(how, x, t)
+            raise error(
+                f"{site.construct}: `{n}` is {what} `{m}` before it and stays so on a path that leaves `{n}` "
+                f"unchanged; one of them is updated in place later while the other is still read, which torch "
+                f"applies to both on that path only, and a converted construct gives `{n}` a new tensor",
+                location=site.location, fix=ON_DISPATCH if error is StagedAliasError else _views_kept(n, m))
 
 
 def _root(t: torch.Tensor) -> torch.Tensor:
@@ -120,7 +124,7 @@ def _check_loop_aliases(site: Site, values: dict, frame: Any) -> None:
     """Refuse a loop whose body updates a carried tensor in place while another loop variable
     (or a name read after the loop) is that tensor, holds it or shares its memory: the staged
     body takes each loop variable as its own tensor, so torch's update would reach only one."""
-    local = frame.f_locals
+    local = visible_locals(frame)
     for n, t in _updated_tensors(site, values):
         others = {**{m: local.get(m) for m in site.live_after}, **values}
         for m, x in others.items():
@@ -172,7 +176,7 @@ def _check_aliases(site: Site, frame: Any) -> None:
     tensor (or a list holding it) under a name read later that the branch does not return.
     Names bound to the very tensor that the branch returns (an alias, `a = v`) get the updated
     tensor back (`own`, converters/branches.signature)."""
-    local = frame.f_locals
+    local = visible_locals(frame)
     for n in site.owned:
         t = local.get(n)
         if not isinstance(t, torch.Tensor):
