@@ -12,7 +12,8 @@ Python lists appended on some paths, `and`/`or` in tests, float16 blocks, and in
 through an alias (`a = v`, then `a.mul_(...)`, `v[:, j] += 1`). Campaigns (not `--plain`, and
 not tests/test_fuzz.py's fixed seeds) add views of the first `v` (`w = v[0]`, `v[:, 1:]`,
 `.view`, `.transpose`), a list holding it (`xs = [v]`), later in-place updates through any of
-these names, and dict outputs. The oracle converts it with
+these names, dict outputs, and in some programs data-dependent shapes (fuzz_shapes.py: a
+sequence grown by `torch.cat`, `nonzero` and mask indexing, `.item()` sizes, host lists, numpy). The oracle converts it with
 `host="auto"` and compares `jm(x)`, `jm.trace(x)` (outputs, and decisions exactly with the
 rewritten torch program's) and `jm.apply(state, x)` with the ORIGINAL module on inputs at
 several scales and signs (so predicates go both ways): floats within 1e-4 (2e-2 with float16
@@ -53,12 +54,14 @@ import dycl_jax  # noqa: E402
 from dycl_jax.errors import DyclError, raised_by_us  # noqa: E402
 from dycl_jax.rewrite.api import run_dispatch_trace, run_torch_trace  # noqa: E402
 from fuzz_minimise import Minimised, minimise  # noqa: E402  (scripts/ is on sys.path)
+from fuzz_shapes import Shapes  # noqa: E402
 
 N_LAYERS = 3
 WIDTH = 6
 SCALES = (0.05, 0.3, 1.0, 3.0, -0.3, -1.0, -3.0, 10.0)
 RTOL = 1e-4  # relative and absolute, on floats; integers exactly
 HALF_TOL = 2e-2  # the same for programs with float16 blocks
+SHAPE_SHARE = 0.4  # campaign programs with data-dependent shapes (fuzz_shapes.py)
 APPLY_DISPATCH_INPUTS = 3  # `apply` on the dispatch host runs the regions again: fewer inputs
 
 
@@ -70,9 +73,11 @@ class _Gen:
     outs (list of 0-d floats). With `sub`, the body of a submodule's own forward: only h, and its
     own layer `self.lin`."""
 
-    def __init__(self, rng: random.Random, sub: bool = False, extra: random.Random | None = None) -> None:
+    def __init__(self, rng: random.Random, sub: bool = False, extra: random.Random | None = None,
+                 shapes: Shapes | None = None) -> None:
         self.rng = rng
         self.sub = sub
+        self.shapes = shapes  # data-dependent shapes (fuzz_shapes.py), in some campaign programs
         # the view/list-alias/dict features draw from their own stream, so every program that
         # does not use them is the one the seed made before they existed
         self.extra = extra
@@ -109,6 +114,8 @@ class _Gen:
         if self.sub:
             return r.choice(simple)
         simple += [f"v.sum() < {c}", f"cnt > {r.randrange(0, 3)}", f"s > {r.randrange(0, 3)}"]
+        if self.shapes and self.shapes.wanted():
+            return self.shapes.pred()
         if r.random() < 0.08:
             self.half = True
             simple.append(f"h.half().sum() > {c}")  # a test on float16 values
@@ -172,6 +179,8 @@ class _Gen:
             values["w"] = "w * 1.0"
         if self.listed:
             values["x0"] = "xs[0] + 0.0"
+        if self.shapes:
+            values.update(self.shapes.outputs())
         if self.as_dict:
             return "{" + ", ".join(f"{k!r}: {v}" for k, v in values.items()) + "}"
         return ", ".join(values.values())
@@ -188,7 +197,7 @@ class _Gen:
                 lines.append(f"if {self.pred()}:")
                 lines.append("    " + (r.choice(["break", "continue", self.ret()]) if in_loop else self.ret()))
             elif depth >= 2 or k < 0.45:
-                lines.append(self.simple())
+                lines.extend(self.simple_lines())
             elif k < 0.65:
                 lines.extend(self.if_chain(depth, in_loop))
             elif k < 0.78 and not self.sub:
@@ -202,8 +211,14 @@ class _Gen:
                 lines.append(f"if {self.pred()}:")
                 lines.append("    " + r.choice(["break", "continue"]))
             else:
-                lines.append(self.simple())
+                lines.extend(self.simple_lines())
         return lines
+
+    def simple_lines(self) -> list[str]:
+        """One simple statement, or (with `shapes`) sometimes a data-dependent-shape one."""
+        if self.shapes and self.shapes.wanted():
+            return self.shapes.statement().split("\n")
+        return [self.simple()]
 
     def if_chain(self, depth: int, in_loop: bool) -> list[str]:
         r = self.rng
@@ -235,17 +250,21 @@ def program(seed: int, extended: bool = False) -> str:
     """The source of module class `Fuzzed` (and of its submodule `Sub`) for this seed; with
     `extended`, also views of `v`, a list holding it and dict outputs (the campaigns' default;
     off, the programs tests/test_fuzz.py's fixed seeds were chosen on)."""
-    rng = random.Random(seed)
-    gen, sub = _Gen(rng, extra=random.Random(f"views-{seed}") if extended else None), _Gen(rng, sub=True)
+    rng, shape_rng = random.Random(seed), random.Random(f"shapes-{seed}")
+    shapes = Shapes(shape_rng) if extended and shape_rng.random() < SHAPE_SHARE else None
+    gen = _Gen(rng, extra=random.Random(f"views-{seed}") if extended else None, shapes=shapes)
+    sub = _Gen(rng, sub=True)
     body = ["v = h * 0.5", "a = v", "s = 0", "cnt = torch.zeros((), dtype=torch.long)", "outs = []"]
     body += [f"w = {gen.view}"] if gen.view else []
     body += ["xs = [v]"] if gen.listed else []
+    body += shapes.prelude() if shapes else []
     body += gen.block(0, False, n=gen.rng.randint(2, 5))
     final = gen.outputs().replace("h * 2.0", "h + total", 1)
     body += ["total = torch.stack(outs).sum() if outs else h.sum() * 0.0", f"return {final}"]
     sub_body = ["h = self.lin(h)"] + sub.block(1, False, n=2) + ["return h"]
     layers = [f"        self.l{k} = nn.Linear({WIDTH}, {WIDTH})" for k in range(N_LAYERS)]
     return "\n".join([
+        *(["import numpy as np"] if shapes and shapes.numpy else []),
         "import torch", "import torch.nn as nn", "", "",
         "class Sub(nn.Module):", "    def __init__(self):", "        super().__init__()",
         f"        self.lin = nn.Linear({WIDTH}, {WIDTH})", "",
@@ -328,7 +347,7 @@ def _features(source: str) -> set:
     main = source.split("class Fuzzed", 1)[-1]
     marks = {"float16": (".half()",), "alias": ("a.mul_", "a.clamp_", "a[0", "a.add_"), "inplace": ("v.add_", "v[:"),
              "submodule": ("self.sub(",), "view": ("w = v",), "list alias": ("xs = [v]",),
-             "dict": ("return {",)}
+             "dict": ("return {",), "shapes": ("seq = h[:, :1]",)}
     return {k for k, ms in marks.items() if any(m in main for m in ms)}
 
 
@@ -512,7 +531,7 @@ def summary(results: list[Outcome]) -> str:
              f"invalid (torch fails), {kinds['numeric']} rounding-sensitive (a decision or tie on a float "
              f"threshold), {kinds['bug']} bugs",
              f"paths covered: {paths} distinct decision traces over the matching programs' inputs"]
-    for feat in ("float16", "alias", "inplace", "submodule", "view", "list alias", "dict"):
+    for feat in ("float16", "alias", "inplace", "submodule", "view", "list alias", "dict", "shapes"):
         with_it = [r for r in results if feat in r.features]
         lines.append(f"  with {feat}: {len(with_it)} programs, {sum(r.kind == 'match' for r in with_it)} match, "
                      f"{sum(r.kind == 'refused' for r in with_it)} refused, {sum(r.kind == 'bug' for r in with_it)} bugs")

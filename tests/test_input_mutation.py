@@ -486,3 +486,55 @@ def test_the_staged_refusal_of_an_input_update_never_asks_for_a_model_edit(cls):
         dycl_jax.to_jax(cls().eval(), (torch.ones(2, 3),), host="staged")
     assert "`x`" in info.value.fix and "please report it" in info.value.fix, info.value.fix
     assert "clone" not in info.value.fix and "copy" not in info.value.fix, info.value.fix
+
+
+class CloneThenWriteInBranch(nn.Module):
+    """Research style: a branch (and a loop body) copies the argument, then writes into the copy
+    (`h = h.clone(); h[:, sel] = ...` with `nonzero` columns): the caller's tensor never changes."""
+
+    def forward(self, h):
+        v = h * 0.5
+        if v.sum() > 0:
+            h = h.clone()
+            h[:, 0] = 0.0
+        n = torch.zeros((), dtype=torch.long)
+        while h.mean() > -0.5 and n < 2:
+            n = n + 1
+            h = h.clone()
+            h[0, 1] = h[0, 1] - 1.0
+        return h * 2.0, n
+
+
+class CloneOnOnePathThenWrite(nn.Module):
+    """The copy is made on one path only, the write on both: the other path writes into the
+    caller's tensor, which torch changes, so this stays refused."""
+
+    def forward(self, h):
+        v = h * 0.5
+        if v.sum() > 0:
+            if h.mean() > 1.0:
+                h = h.clone()
+            h[:, 0] = 0.0
+        return h * 2.0
+
+
+@pytest.mark.parametrize("host", ["auto", "staged", "dispatch"])
+def test_a_write_into_a_copy_made_in_the_same_branch_converts_and_matches_torch(host):
+    model = CloneThenWriteInBranch()
+    xs = [torch.ones(2, 3), -torch.ones(2, 3), torch.tensor([[2.0, -1.0, 0.5], [0.0, 1.0, -3.0]])]
+    jm = dycl_jax.to_jax(model, (xs[0].clone(),), host=host)
+    if host == "auto":
+        assert jm.host == "staged"
+    for x in xs:
+        kept = x.clone()
+        want = model(x.clone())
+        got = jm(x)
+        np.testing.assert_allclose(np.asarray(got[0]), want[0].numpy(), rtol=1e-6, atol=1e-6)
+        assert int(got[1]) == int(want[1])
+        assert torch.equal(x, kept)
+
+
+def test_a_write_that_may_reach_the_argument_past_a_copy_on_another_path_stays_refused():
+    with pytest.raises(InputMutationError) as info:
+        dycl_jax.to_jax(CloneOnOnePathThenWrite(), (torch.ones(2, 3),), host="staged")
+    assert info.value.location is not None and info.value.location.file == __file__

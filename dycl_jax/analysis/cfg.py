@@ -134,6 +134,7 @@ class Liveness:
                  live_at_exit: set[str] = frozenset()) -> None:
         self.locals = function_locals(fn)
         self.cfg = CFG(fn)
+        self._starts = {id(node) for node in self.cfg.start.values()}
         self._solve(set(always_live) & self.locals, set(live_at_exit) & self.locals)
 
     def _solve(self, always: set[str], at_exit: set[str]) -> None:
@@ -171,3 +172,47 @@ class Liveness:
     def header(self, loop: ast.stmt) -> set[str]:
         """Live at a loop's header: before each test / each next item."""
         return set(self.cfg.header[id(loop)].live_in)
+
+    def updated_on_entry(self, block: list[ast.stmt]) -> set[str]:
+        """Names whose value on entry to `block` it may update in place: an in-place update
+        (`Access.mutates`) reached from the block's start without passing a statement that
+        binds the name to a new tensor first (`fresh_binding`). `h = h.clone(); h[:, 0] = 0.0`
+        updates a new tensor, never the caller's `h`; `if t: h = h.clone()` then `h.add_(1)`, or
+        `h = h[:, 1:]` (a view) then `h.add_(1)`, may update the old one."""
+        stmts = {id(self.cfg.start[id(s)]): s for st in block for s in ast.walk(st)
+                 if isinstance(s, ast.stmt) and id(s) in self.cfg.start}
+        inside = {id(self.cfg.start[id(s)]): self.cfg.start[id(s)] for s in stmts.values()}
+        out: set[str] = set()
+        for name in set().union(*(n.acc.mutates for n in inside.values())):
+            seen: set[int] = set()
+            stack = [self.cfg.entry_of[id(block)]]
+            while stack and name not in out:
+                node = stack.pop()
+                if id(node) in seen or (id(node) in self._starts and id(node) not in inside):
+                    continue  # out of the block: an outer statement, or a loop's header
+                seen.add(id(node))
+                if name in node.acc.mutates:
+                    out.add(name)
+                elif fresh_binding(stmts.get(id(node))) != name:
+                    stack.extend(node.succ)
+        return out
+
+
+_FACTORIES = frozenset({"clone", "zeros", "ones", "empty", "full", "zeros_like", "ones_like", "empty_like",
+                        "full_like", "rand", "randn", "rand_like", "randn_like", "tensor", "arange", "cat", "stack"})
+
+
+def fresh_binding(stmt: ast.stmt | None) -> str | None:
+    """The name `stmt` binds to a tensor with storage of its own: `x = <e>.clone()`, `x =
+    torch.zeros(...)` and the like, `x = a * b`, `x = -a`. Anything else (a view, a module's
+    output that may be its input, a converted construct's output that may be an input passed
+    through) may still be an older tensor."""
+    if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)):
+        return None
+    value = stmt.value
+    if isinstance(value, (ast.BinOp, ast.UnaryOp)):
+        return stmt.targets[0].id
+    if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr in _FACTORIES \
+            and (value.func.attr == "clone" or (isinstance(value.func.value, ast.Name) and value.func.value.id == "torch")):
+        return stmt.targets[0].id
+    return None

@@ -62,7 +62,9 @@ def signature(live: Liveness, bodies: list[list[ast.stmt]], live_after: set[str]
     for body, acc in zip(bodies, accs):
         reads |= live.entry(body) & (acc.reads | acc.mutates)
     inputs = sorted((reads | set(outputs)) & live.locals)
-    owned = [(acc.mutates | nested_owned(body)) & set(inputs) for body, acc in zip(bodies, accs)]
+    # an update of a tensor the body made itself (`h = h.clone(); h[:, 0] = 0`) needs no copy of the input
+    owned = [((acc.mutates & live.updated_on_entry(body)) | nested_owned(body)) & set(inputs)
+             for body, acc in zip(bodies, accs)]
     return Signature(inputs, outputs, owned)
 
 

@@ -29,7 +29,7 @@ def convert_while(node: ast.While, block: list[ast.stmt], scope: ast.FunctionDef
     params = carried + invariants
     lines = (tuple(None for _ in carried), tuple(last_assignment_line(node.body, v) for v in carried))
     kept = kept_aliases(live, node, [node.body], carried, always_unchanged=True)
-    owned = (body_acc.mutates | nested_owned(node.body)) & set(carried)
+    owned = ((body_acc.mutates & live.updated_on_entry(node.body)) | nested_owned(node.body)) & set(carried)
     deep = owned & deep_updates(node.body)  # of them, containers whose tensors it updates in place
     live_after = tuple(sorted(n for n in live.after(node) & live.locals if not n.startswith("_dycl_"))) if owned else ()
     site = ctx.add_site("while", node.lineno, tuple(carried), ("value before the loop", "value after an iteration"),
