@@ -54,6 +54,26 @@ def _base_name(node: ast.AST) -> str | None:
     return node.id if isinstance(node, ast.Name) else None
 
 
+def _chosen(node: ast.AST) -> list[ast.AST]:
+    """The expressions whose object `node` may be: `done if c else beams` either, `b or a` any
+    operand, `(x := y)` y; others themselves. An update of the result is an update of one of them."""
+    if isinstance(node, ast.IfExp):
+        return _chosen(node.body) + _chosen(node.orelse)
+    if isinstance(node, ast.BoolOp):
+        return [e for v in node.values for e in _chosen(v)]
+    if isinstance(node, ast.NamedExpr):
+        return _chosen(node.value)
+    return [node]
+
+
+def _local_chain(node: ast.AST) -> bool:
+    """`xs`, `xs[0]`, `xs[i][j]`: a local name or an object held by it through subscripts (an
+    attribute on the way, `self.cache[k]`, is a module's object rather than a local's)."""
+    while isinstance(node, ast.Subscript):
+        node = node.value
+    return isinstance(node, ast.Name)
+
+
 class _Scanner(ast.NodeVisitor):
     """Collects accesses of one fragment without entering nested scopes (their free names are reads)."""
 
@@ -69,12 +89,13 @@ class _Scanner(ast.NodeVisitor):
 
     def _store_target(self, target: ast.AST, deep: bool = False) -> None:
         if isinstance(target, (ast.Subscript, ast.Attribute)):
-            base = _base_name(target)
-            if base:
-                self.acc.mutates.add(base)
-                self.acc.reads.add(base)
-                if deep or _held(target.value):
-                    self.acc.deep.add(base)
+            for held in _chosen(target.value):  # (`(a if c else b)[0] = v` updates a or b)
+                base = _base_name(held)
+                if base:
+                    self.acc.mutates.add(base)
+                    self.acc.reads.add(base)
+                    if deep or _held(held):
+                        self.acc.deep.add(base)
         self.visit(target)
 
     def visit_Assign(self, node: ast.Assign) -> None:
@@ -100,15 +121,21 @@ class _Scanner(ast.NodeVisitor):
     def visit_Call(self, node: ast.Call) -> None:
         func = node.func
         if isinstance(func, ast.Attribute) and func.attr.endswith("_") and not func.attr.startswith("_"):
-            base = _base_name(func.value)
-            if base:  # x.add_(1), x[0].zero_(): in-place tensor methods
-                self.acc.mutates.add(base)
-                if _held(func.value):
-                    self.acc.deep.add(base)
-        elif isinstance(func, ast.Attribute) and func.attr in CONTAINER_MUTATORS and isinstance(func.value, ast.Name):
-            # outs.append(y): the list is an output of a branch that appends to it (only a
-            # local container called directly; `self.cache.update(...)` changes no local)
-            self.acc.mutates.add(func.value.id)
+            for held in _chosen(func.value):
+                base = _base_name(held)
+                if base:  # x.add_(1), x[0].zero_(), (a or b).mul_(2): in-place tensor methods
+                    self.acc.mutates.add(base)
+                    if _held(held):
+                        self.acc.deep.add(base)
+        elif isinstance(func, ast.Attribute) and func.attr in CONTAINER_MUTATORS:
+            # outs.append(y), groups[k].append(y), (done if c else beams).append(y): the list is
+            # an output of a branch that appends to it (only a local container or one a local
+            # holds; `self.cache.update(...)` changes no local)
+            for held in _chosen(func.value):
+                if _local_chain(held):
+                    self.acc.mutates.add(_base_name(held))
+                    if _held(held):
+                        self.acc.deep.add(_base_name(held))
         # a user method or function that may update an argument in place (`effects.mark`): `b = self.bumped(v)`
         self.acc.mutates |= getattr(node, "_dycl_updates", frozenset())
         for kw in node.keywords:  # torch.add(a, b, out=v): torch writes the result into v

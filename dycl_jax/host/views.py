@@ -34,7 +34,11 @@ def check_views_kept(spec: RegionSpec, part: Any, vals: tuple, leaves: list, out
     out_names = [n for n, v in zip(part.outs, outs) for _ in leaves_in_order(v)]
     later = None if spec.live_after is None else spec.live_after.union(*(st.ins for st in spec.statements[part.stop:]))
     live = (lambda n: not n.startswith("_dycl_")) if later is None else (lambda n: n in later)
-    risky = (lambda n: True) if spec.updated_later is None else spec.updated_later.__contains__
+    values = {**dict(zip(part.ins, vals)), **dict(zip(part.outs, outs))}
+
+    def risky(n: str) -> bool:  # a container is changed without its tensors but by an update of its elements
+        later = spec.deep_later if type(values.get(n)) in (list, tuple, dict) else spec.updated_later
+        return later is None or n in later
     for k, kind, j in views:
         if k >= len(out_names) or (kind == "out" and j >= len(out_names)) or (kind == "in" and j >= len(ins)):
             continue  # a module attribute's value: not a name of the function

@@ -76,6 +76,8 @@ def _check_kept_aliases(site: Site, values: dict, frame: Any, branches: bool = F
             continue  # both outputs: decided after the join (_check_split_aliases)
         t, x = values.get(n), local.get(m)
         how = _shares(x, t) if isinstance(t, torch.Tensor) and not _remade(site, m, local) else None
+        if how == "element" and (n, m) not in site.kept_elements:
+            continue  # only the container changes later (`outputs.append(...)`), not the tensor it holds
         if how is not None:
             what = {"same": "the same tensor as", "element": "an element of", "view": "sharing memory with"}[how]
             error = _alias_error(how, x, t)
@@ -84,6 +86,18 @@ def _check_kept_aliases(site: Site, values: dict, frame: Any, branches: bool = F
                 f"unchanged; one of them is updated in place later while the other is still read, which torch "
                 f"applies to both on that path only, and a converted construct gives `{n}` a new tensor",
                 location=site.location, fix=ON_DISPATCH if error is StagedAliasError else _views_kept(n, m))
+
+
+def _check_made_aliases(site: Site) -> None:
+    """Refuse a construct decided by a tensor where a path binds an output to another name's
+    object, one of the two updated in place later: torch's update reaches both on that path."""
+    if site.made_aliases:
+        n, m = site.made_aliases[0]
+        raise StagedAliasError(
+            f"{site.construct}: a path makes `{n}` the object `{m}` holds (or a view of it), and one of them is "
+            f"updated in place later while the other is still read, which torch applies to both on that path "
+            f"only; a converted construct gives `{n}` a new value",
+            location=site.location, fix=ON_DISPATCH)
 
 
 def _root(t: torch.Tensor) -> torch.Tensor:
@@ -277,6 +291,7 @@ def _cond(pred: Any, true_fn: Callable, false_fn: Callable, inputs: tuple, site:
         _check_aliases(site, frame)
     if site.kept_aliases:
         _check_kept_aliases(site, frame.f_locals, frame, branches=True)
+    _check_made_aliases(site)
     if exit_only and site.dead_on_exit:
         false_fn = with_dead(false_fn, site)
     if padding.selects(site):
@@ -316,6 +331,7 @@ def _switch(pred_fns: Sequence[Callable[[], Any]], fns: Sequence[Callable], inpu
         if not candidates:
             return _as_python(fns[-1], inputs)
         candidates.append((len(fns) - 1, True))
+    _check_made_aliases(site)
     return _choose(site, candidates, fns, inputs)
 
 
@@ -473,6 +489,7 @@ def while_loop(test_fn: Callable, body_fn: Callable, carry: tuple, invariants: t
                     _check_loop_aliases(site, dict(zip(site.inputs, (*carry, *invariants))), frame)
                 if site.kept_aliases:
                     _check_kept_aliases(site, dict(zip(site.names, carry)), frame)
+                _check_made_aliases(site)
                 plan, tensors = staged.loop(site, test_fn, body_fn, carry, invariants, lambda t: _pred(t, site))
                 return plan.rebuild(tensors)
         test = static(test_fn(*carry, *invariants))
@@ -485,6 +502,7 @@ def while_loop(test_fn: Callable, body_fn: Callable, carry: tuple, invariants: t
                 _check_loop_aliases(site, dict(zip(site.inputs, (*carry, *invariants))), frame)
             if site.kept_aliases:
                 _check_kept_aliases(site, dict(zip(site.names, carry)), frame)
+            _check_made_aliases(site)
             break
         if not test:
             return carry
@@ -528,12 +546,14 @@ def _merge_unbound(site: Site, test_fn: Callable, body_fn: Callable, carry: tupl
     gone = {n for n, m in rep.items() if n != m}
     names = tuple(site.names[i] for i in keep)
     pairs = {(rep.get(n, n), rep.get(m, m)) for n, m in site.kept_aliases}
+    elements = {(rep.get(n, n), rep.get(m, m)) for n, m in site.kept_elements}
     sub = dataclasses.replace(
         site, names=names, lines=tuple(tuple(p[i] for i in keep) for p in site.lines),
         owned=tuple(sorted({rep.get(n, n) for n in site.owned})), inputs=names + site.inputs[len(site.names):],
         deep=tuple(sorted({rep.get(n, n) for n in site.deep})),
         live_after=tuple(n for n in site.live_after if n not in gone), unbound=(),
-        kept_aliases=tuple(sorted((n, m) for n, m in pairs if n != m)))
+        kept_aliases=tuple(sorted((n, m) for n, m in pairs if n != m)),
+        kept_elements=tuple(sorted((n, m) for n, m in elements if n != m)))
 
     def expand(values: Sequence[Any]) -> tuple:
         return tuple(values[w] for w in where)

@@ -6,7 +6,7 @@ from typing import Callable
 
 from dycl_jax.analysis.aliases import Aliases
 from dycl_jax.analysis.scopes import function_locals
-from dycl_jax.rewrite.converters import (bounded_rows, branches, closure_refresh, counted_while, decode_loops, dispatch_split, helpers, host_reads, host_values, jump_else, logical, loop_exits, predicates,
+from dycl_jax.rewrite.converters import (bounded_rows, branches, chosen_receivers, closure_refresh, counted_while, decode_loops, dispatch_split, helpers, host_reads, host_values, jump_else, logical, loop_exits, predicates,
                                          returns, side_effects, structured, super_calls, tensor_data,
                                          ternary, undefined_init, unread_lists)
 from dycl_jax.rewrite.templates import Context, user_scopes
@@ -18,6 +18,7 @@ PIPELINE: list[tuple[str, Callable[[ast.FunctionDef, Context], None]]] = [
     ("bounded_rows", bounded_rows.convert),  # first: it matches the user's statements as written
     ("closure_refresh", closure_refresh.convert),  # before any body moves into a generated function
     ("super_calls", super_calls.convert),
+    ("chosen_receivers", chosen_receivers.convert),  # before the static marks: its `if` takes one
     ("side_effects", side_effects.convert),
     ("unread_lists", unread_lists.convert),  # after side_effects: a dropped `self.log = xs` was a read of xs
     ("helpers", helpers.convert),
@@ -42,6 +43,7 @@ PIPELINE: list[tuple[str, Callable[[ast.FunctionDef, Context], None]]] = [
 # on the host would still miss a reassignment made inside the region; api._rewrite refuses it.)
 DISPATCH_PIPELINE: list[tuple[str, Callable[[ast.FunctionDef, Context], None]]] = [
     ("super_calls", super_calls.convert),
+    ("chosen_receivers", chosen_receivers.convert),
     ("side_effects", side_effects.convert),
     ("unread_lists", unread_lists.convert),
     ("helpers", helpers.convert),

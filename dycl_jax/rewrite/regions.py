@@ -87,6 +87,9 @@ class RegionSpec:
     # names that may hold a tensor a statement from the region on updates in place (None: any);
     # a region output that is a view of another live name is refused where one of them is in it
     updated_later: frozenset[str] | None = None
+    # of them, the containers whose elements may be updated in place (`xs[0].add_(1)`): a list or
+    # dict holding a view is changed by `d[k] = v` / `xs.append(v)` without touching the view
+    deep_later: frozenset[str] | None = None
 
     @property
     def label(self) -> str:

@@ -55,6 +55,13 @@ class Site:
     rederived: tuple[tuple[str, str], ...] = ()
     # (while) of `owned`, the containers whose tensors the body may update in place (`xs[0].add_(v)`)
     deep: tuple[str, ...] = ()
+    # (n, m): a path binds output n to the object m holds (`target = done`, `a = v`, a view of v)
+    # and one of them is updated in place later while the other is read: torch's update reaches
+    # both on that path, a converted construct's fresh output does not (operators.py refuses it)
+    made_aliases: tuple[tuple[str, str], ...] = ()
+    # of `kept_aliases`, those where m holding n as an element (`xs = [v]`) is a hazard too: n
+    # updated in place later, or m's elements (converters/branches.element_hazards)
+    kept_elements: tuple[tuple[str, str], ...] = ()
 
     @property
     def label(self) -> str:

@@ -50,10 +50,11 @@ class Context:
                  kept_aliases: tuple[tuple[str, str], ...] = (), pad: bool = False,
                  exit_flags: tuple[str, ...] = (), inputs: tuple[str, ...] = (), in_place: tuple[str, ...] = (),
                  unbound: tuple[str, ...] = (), rederived: tuple[tuple[str, str], ...] = (),
-                 deep: tuple[str, ...] = ()) -> int:
+                 deep: tuple[str, ...] = (), made_aliases: tuple[tuple[str, str], ...] = (),
+                 kept_elements: tuple[tuple[str, str], ...] = ()) -> int:
         self.sites.append(Site(kind, self.src.file, line, self.code(line), names, paths, lines, dead_on_exit,
                                owned, live_after, kept_aliases, pad, exit_flags, inputs, in_place, unbound,
-                               rederived, deep))
+                               rederived, deep, made_aliases, kept_elements))
         return len(self.sites) - 1
 
     def warn(self, line: int, message: str) -> None:

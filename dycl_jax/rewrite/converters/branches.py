@@ -90,13 +90,84 @@ def kept_aliases(live: Liveness, construct: ast.stmt, bodies: list[list[ast.stmt
     if not unchanged:
         return ()
     after = live.after(construct)
-    hazards: set[frozenset] = set()
+    hazards = _hazards(live, construct)
+    return tuple(sorted((n, m) for n in unchanged for m in after & live.locals
+                        if m != n and not m.startswith("_dycl_") and frozenset((n, m)) in hazards))
+
+
+def _hazards(live: Liveness, construct: ast.stmt) -> set[frozenset]:
+    """Pairs {n, m}: a statement that may run after the construct updates n in place while m is live."""
+    return {frozenset(pair) for pair in _updates_after(live, construct)[0]}
+
+
+def _updates_after(live: Liveness, construct: ast.stmt) -> tuple[set[tuple[str, str]], set[str]]:
+    """(n, m): a statement that may run after the construct updates n in place while m is live;
+    and the names whose elements such a statement updates (`xs[0].add_(v)`, `Access.deep`)."""
+    pairs: set[tuple[str, str]] = set()
+    deep: set[str] = set()
     for node in _reachable(live.cfg.join[id(construct)]):
         for n in node.acc.mutates & live.locals:
             live_out = set().union(*(s.live_in for s in node.succ)) if node.succ else set()
-            hazards |= {frozenset((n, m)) for m in live_out - {n}}
-    return tuple(sorted((n, m) for n in unchanged for m in after & live.locals
-                        if m != n and not m.startswith("_dycl_") and frozenset((n, m)) in hazards))
+            pairs |= {(n, m) for m in live_out - {n}}
+        deep |= node.acc.deep
+    return pairs, deep
+
+
+def element_hazards(live: Liveness, construct: ast.stmt, kept: tuple[tuple[str, str], ...]
+                    ) -> tuple[tuple[str, str], ...]:
+    """Of `kept` (n, m), those where, should the container m hold the tensor n, a later update
+    reaches the other: n updated in place while m is live, or m's elements updated while n is.
+    (`outputs.append(output)` changes the list, never the tensor it holds.)"""
+    pairs, deep = _updates_after(live, construct)
+    return tuple(p for p in kept if p in pairs or (p[1] in deep and (p[1], p[0]) in pairs))
+
+
+# methods whose result may share memory with their receiver
+_VIEWS = frozenset({"view", "view_as", "reshape", "reshape_as", "transpose", "t", "permute", "squeeze", "unsqueeze",
+                    "flatten", "unflatten", "narrow", "select", "expand", "expand_as", "detach", "contiguous",
+                    "as_strided", "diagonal", "movedim", "swapaxes", "unfold", "chunk", "split", "unbind",
+                    "to", "type_as", "float", "double", "half", "long", "int", "bool"})
+
+
+def object_of(value: ast.expr) -> str | None:
+    """The name whose object (or part of its memory) `value` is: `m`, `m[1:]`, `m.t()`, `m.T`."""
+    while True:
+        if isinstance(value, ast.Name):
+            return value.id
+        if isinstance(value, (ast.Subscript, ast.Attribute)):
+            value = value.value
+        elif isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr in _VIEWS:
+            value = value.func.value
+        else:
+            return None
+
+
+def made_aliases(live: Liveness, construct: ast.stmt, bodies: list[list[ast.stmt]],
+                 outputs: list[str]) -> tuple[tuple[str, str], ...]:
+    """Pairs (n, m) of `Site.made_aliases`: a body binds output n to m's object (`target = done`,
+    `a = v[:, 1:]`), and a statement that may run after the construct updates one of them in
+    place while the other is live. (A statement inside a construct converted already is its own.)"""
+    made: set[tuple[str, str]] = set()
+    for stmt in (s for b in bodies for st in b for s in _statements(st)):
+        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name) \
+                and stmt.targets[0].id in outputs and (m := object_of(stmt.value)) is not None:
+            made.add((stmt.targets[0].id, m))
+    if not made:
+        return ()
+    hazards = _hazards(live, construct)
+    return tuple(sorted((n, m) for n, m in made if m != n and m in live.locals and not m.startswith("_dycl_")
+                        and frozenset((n, m)) in hazards))
+
+
+def _statements(stmt: ast.stmt) -> list[ast.stmt]:
+    """`stmt` and the statements nested in it, not those of nested (or generated) functions."""
+    if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return []
+    out = [stmt]
+    for field in ("body", "orelse", "finalbody", "handlers"):
+        for s in getattr(stmt, field, ()) or ():
+            out += _statements(s) if isinstance(s, ast.stmt) else [x for h in s.body for x in _statements(h)]
+    return out
 
 
 def _reachable(start) -> list:

@@ -4,8 +4,8 @@ from __future__ import annotations
 import ast
 
 from dycl_jax.rewrite.appends import rebound
-from dycl_jax.rewrite.converters.branches import (check_body, deep_updates, kept_aliases, liveness, own_prefix,
-                                                  signature)
+from dycl_jax.rewrite.converters.branches import (check_body, deep_updates, element_hazards, kept_aliases, liveness,
+                                                  made_aliases, own_prefix, signature)
 from dycl_jax.rewrite.converters import view_updates
 from dycl_jax.rewrite.converters.flags import dead_on_exit
 from dycl_jax.rewrite.templates import (Context, assign, function, lambda_, last_assignment_line, locate, name,
@@ -68,7 +68,9 @@ def convert_if(node: ast.If, block: list[ast.stmt], scope: ast.FunctionDef, ctx:
     in_place = tuple(n for n in sig.outputs if n in sig.inputs and n not in changed)
     site = ctx.add_site(kind, node.lineno, tuple(sig.outputs), paths, lines, dead, tuple(sorted(owned)), live_after,
                         kept, pad, flags, tuple(sig.inputs), in_place,
-                        rederived=tuple((r.view, r.base) for r in views))
+                        rederived=tuple((r.view, r.base) for r in views),
+                        made_aliases=made_aliases(live, node, bodies, sig.outputs),
+                        kept_elements=element_hazards(live, node, kept))
     stem = ctx.fresh("if" if kind != "elif" else "case")
     fns = []
     for k, (body, owned) in enumerate(zip(bodies, sig.owned)):

@@ -139,6 +139,9 @@ class _Splitter:
         # (last line, names it updates in place) of each simple statement that updates one
         self.updates = [(getattr(n, "end_lineno", n.lineno) or n.lineno, access(n).mutates) for n in ast.walk(scope)
                         if isinstance(n, _SIMPLE) and access(n).mutates]
+        # the same, for the containers whose elements they update (`xs[0].add_(1)`, `Access.deep`)
+        self.deep_updates = [(getattr(n, "end_lineno", n.lineno) or n.lineno, access(n).deep) for n in ast.walk(scope)
+                             if isinstance(n, _SIMPLE) and access(n).deep]
         self.loops = 0  # host loops around the block being split: a later iteration may read a name again
 
     # ------------------------------------------------------------ statements
@@ -310,7 +313,8 @@ class _Splitter:
                                          tuple(ins), tuple(outs), "island",
                                          aliased=tuple((ins.index(n), ins.index(m)) for n, m in pairs),
                                          in_place=frozenset(set(ins) & set(outs) - rebound(run)),
-                                         updated_later=self._updated_from(first)))
+                                         updated_later=self._updated_from(first),
+                                         deep_later=self._updated_from(first, deep=True)))
         result = self.ctx.fresh("staged")
         self.locals.add(result)
         call = set_name(result, op_call("island", _table(site), name(fn_name), tuple_of(ins)))
@@ -428,13 +432,15 @@ class _Splitter:
         end = max(map(_last_line, run))
         return {n for line, names in self.updates if self.loops or line > end for n in names}
 
-    def _updated_from(self, line: int) -> frozenset[str] | None:
+    def _updated_from(self, line: int, deep: bool = False) -> frozenset[str] | None:
         """Names that may hold a tensor a simple statement from `line` on updates in place (inside
-        a host loop, any statement); None where the function's aliases are not known."""
+        a host loop, any statement); with `deep`, a container whose elements it updates in place.
+        None where the function's aliases are not known."""
         aliases = getattr(self.ctx.src.tree, "_dycl_aliases", None)
         if aliases is None:
             return None
-        updated = {n for end, names in self.updates if self.loops or end >= line for n in names}
+        updates = self.deep_updates if deep else self.updates
+        updated = {n for end, names in updates if self.loops or end >= line for n in names}
         return frozenset(m for m in self.locals if any(aliases.same(m, u) for u in updated))
 
     def _live_after(self, run: list[ast.stmt]) -> set[str] | None:
@@ -511,7 +517,8 @@ class _Splitter:
         spec = RegionSpec(self.ctx.src.file, run[0].lineno, tuple(stmts), tuple(exposed), tuple(outs),
                           live_after=None if live is None else frozenset(live),
                           in_place=frozenset(set(exposed) & set(outs) - rebound(run)),
-                          updated_later=self._updated_from(run[0].lineno))
+                          updated_later=self._updated_from(run[0].lineno),
+                          deep_later=self._updated_from(run[0].lineno, deep=True))
         self.ctx.sites.append(spec)  # type: ignore[arg-type]  (generated code reads specs from the site table)
         call = op_call("region", _table(len(self.ctx.sites) - 1),
                        ast.Tuple(elts=[name(st.fn) for st in stmts], ctx=ast.Load()),

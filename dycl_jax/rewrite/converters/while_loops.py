@@ -5,8 +5,8 @@ import ast
 
 from dycl_jax.analysis.scopes import access, block_access
 from dycl_jax.rewrite.converters import view_updates
-from dycl_jax.rewrite.converters.branches import (check_body, deep_updates, kept_aliases, liveness, nested_owned,
-                                                  own_prefix)
+from dycl_jax.rewrite.converters.branches import (check_body, deep_updates, element_hazards, kept_aliases, liveness,
+                                                  made_aliases, nested_owned, own_prefix)
 from dycl_jax.rewrite.templates import Context, assign, function, last_assignment_line, locate, op_call, tuple_of
 
 
@@ -36,7 +36,8 @@ def convert_while(node: ast.While, block: list[ast.stmt], scope: ast.FunctionDef
                         lines, owned=tuple(sorted(owned)), live_after=live_after, kept_aliases=kept,
                         inputs=tuple(params), unbound=tuple(n for n in carried if n not in body_acc.binds),
                         rederived=tuple((r.view, r.base) for r in views),
-                        deep=tuple(sorted(deep)))
+                        deep=tuple(sorted(deep)), made_aliases=made_aliases(live, node, [node.body], carried),
+                        kept_elements=element_hazards(live, node, kept))
     stem = ctx.fresh("while")
     test_fn = function(f"{stem}_test", params, [locate(ast.Return(value=node.test), node)], None)
     body_fn = function(f"{stem}_body", params, own_prefix(owned, params, node, deep) + node.body, carried)
