@@ -13,7 +13,8 @@ through an alias (`a = v`, then `a.mul_(...)`, `v[:, j] += 1`). Campaigns (not `
 not tests/test_fuzz.py's fixed seeds) add views of the first `v` (`w = v[0]`, `v[:, 1:]`,
 `.view`, `.transpose`), a list holding it (`xs = [v]`), later in-place updates through any of
 these names, dict outputs, and in some programs data-dependent shapes (fuzz_shapes.py: a
-sequence grown by `torch.cat`, `nonzero` and mask indexing, `.item()` sizes, host lists, numpy). The oracle converts it with
+sequence grown by `torch.cat`, `nonzero` and mask indexing, `.item()` sizes, host lists, numpy)
+or aliases made at run time (fuzz_aliases.py: `a = v` in a branch, objects chosen by a test). The oracle converts it with
 `host="auto"` and compares `jm(x)`, `jm.trace(x)` (outputs, and decisions exactly with the
 rewritten torch program's) and `jm.apply(state, x)` with the ORIGINAL module on inputs at
 several scales and signs (so predicates go both ways): floats within 1e-4 (2e-2 with float16
@@ -54,6 +55,7 @@ import dycl_jax  # noqa: E402
 from dycl_jax.errors import DyclError, raised_by_us  # noqa: E402
 from dycl_jax.rewrite.api import run_dispatch_trace, run_torch_trace  # noqa: E402
 from fuzz_minimise import Minimised, minimise  # noqa: E402  (scripts/ is on sys.path)
+from fuzz_aliases import Rebinds  # noqa: E402
 from fuzz_shapes import Shapes  # noqa: E402
 
 N_LAYERS = 3
@@ -62,6 +64,7 @@ SCALES = (0.05, 0.3, 1.0, 3.0, -0.3, -1.0, -3.0, 10.0)
 RTOL = 1e-4  # relative and absolute, on floats; integers exactly
 HALF_TOL = 2e-2  # the same for programs with float16 blocks
 SHAPE_SHARE = 0.4  # campaign programs with data-dependent shapes (fuzz_shapes.py)
+REBIND_SHARE = 0.4  # campaign programs with aliases made at run time (fuzz_aliases.py)
 APPLY_DISPATCH_INPUTS = 3  # `apply` on the dispatch host runs the regions again: fewer inputs
 
 
@@ -74,10 +77,11 @@ class _Gen:
     own layer `self.lin`."""
 
     def __init__(self, rng: random.Random, sub: bool = False, extra: random.Random | None = None,
-                 shapes: Shapes | None = None) -> None:
+                 shapes: Shapes | None = None, rebinds: Rebinds | None = None) -> None:
         self.rng = rng
         self.sub = sub
         self.shapes = shapes  # data-dependent shapes (fuzz_shapes.py), in some campaign programs
+        self.rebinds = rebinds  # aliases made at run time (fuzz_aliases.py), in some campaign programs
         # the view/list-alias/dict features draw from their own stream, so every program that
         # does not use them is the one the seed made before they existed
         self.extra = extra
@@ -181,6 +185,8 @@ class _Gen:
             values["x0"] = "xs[0] + 0.0"
         if self.shapes:
             values.update(self.shapes.outputs())
+        if self.rebinds:
+            values.update(self.rebinds.outputs())
         if self.as_dict:
             return "{" + ", ".join(f"{k!r}: {v}" for k, v in values.items()) + "}"
         return ", ".join(values.values())
@@ -218,6 +224,8 @@ class _Gen:
         """One simple statement, or (with `shapes`) sometimes a data-dependent-shape one."""
         if self.shapes and self.shapes.wanted():
             return self.shapes.statement().split("\n")
+        if self.rebinds and self.rebinds.wanted():
+            return [self.rebinds.statement(self.pred(1))]
         return [self.simple()]
 
     def if_chain(self, depth: int, in_loop: bool) -> list[str]:
@@ -252,12 +260,15 @@ def program(seed: int, extended: bool = False) -> str:
     off, the programs tests/test_fuzz.py's fixed seeds were chosen on)."""
     rng, shape_rng = random.Random(seed), random.Random(f"shapes-{seed}")
     shapes = Shapes(shape_rng) if extended and shape_rng.random() < SHAPE_SHARE else None
-    gen = _Gen(rng, extra=random.Random(f"views-{seed}") if extended else None, shapes=shapes)
+    alias_rng = random.Random(f"rebinds-{seed}")
+    rebinds = Rebinds(alias_rng) if extended and alias_rng.random() < REBIND_SHARE else None
+    gen = _Gen(rng, extra=random.Random(f"views-{seed}") if extended else None, shapes=shapes, rebinds=rebinds)
     sub = _Gen(rng, sub=True)
     body = ["v = h * 0.5", "a = v", "s = 0", "cnt = torch.zeros((), dtype=torch.long)", "outs = []"]
     body += [f"w = {gen.view}"] if gen.view else []
     body += ["xs = [v]"] if gen.listed else []
     body += shapes.prelude() if shapes else []
+    body += rebinds.prelude() if rebinds else []
     body += gen.block(0, False, n=gen.rng.randint(2, 5))
     final = gen.outputs().replace("h * 2.0", "h + total", 1)
     body += ["total = torch.stack(outs).sum() if outs else h.sum() * 0.0", f"return {final}"]
@@ -347,7 +358,7 @@ def _features(source: str) -> set:
     main = source.split("class Fuzzed", 1)[-1]
     marks = {"float16": (".half()",), "alias": ("a.mul_", "a.clamp_", "a[0", "a.add_"), "inplace": ("v.add_", "v[:"),
              "submodule": ("self.sub(",), "view": ("w = v",), "list alias": ("xs = [v]",),
-             "dict": ("return {",), "shapes": ("seq = h[:, :1]",)}
+             "dict": ("return {",), "shapes": ("seq = h[:, :1]",), "rebinds": ("spare = []",)}
     return {k for k, ms in marks.items() if any(m in main for m in ms)}
 
 
@@ -531,7 +542,7 @@ def summary(results: list[Outcome]) -> str:
              f"invalid (torch fails), {kinds['numeric']} rounding-sensitive (a decision or tie on a float "
              f"threshold), {kinds['bug']} bugs",
              f"paths covered: {paths} distinct decision traces over the matching programs' inputs"]
-    for feat in ("float16", "alias", "inplace", "submodule", "view", "list alias", "dict", "shapes"):
+    for feat in ("float16", "alias", "inplace", "submodule", "view", "list alias", "dict", "shapes", "rebinds"):
         with_it = [r for r in results if feat in r.features]
         lines.append(f"  with {feat}: {len(with_it)} programs, {sum(r.kind == 'match' for r in with_it)} match, "
                      f"{sum(r.kind == 'refused' for r in with_it)} refused, {sum(r.kind == 'bug' for r in with_it)} bugs")
