@@ -122,6 +122,7 @@ def element_hazards(live: Liveness, construct: ast.stmt, kept: tuple[tuple[str, 
     return tuple(p for p in kept if p in pairs or (p[1] in deep and (p[1], p[0]) in pairs))
 
 
+_VIEW_ATTRIBUTES = frozenset({"T", "mT", "H", "mH", "data", "real", "imag"})
 # methods whose result may share memory with their receiver
 _VIEWS = frozenset({"view", "view_as", "reshape", "reshape_as", "transpose", "t", "permute", "squeeze", "unsqueeze",
                     "flatten", "unflatten", "narrow", "select", "expand", "expand_as", "detach", "contiguous",
@@ -130,11 +131,12 @@ _VIEWS = frozenset({"view", "view_as", "reshape", "reshape_as", "transpose", "t"
 
 
 def object_of(value: ast.expr) -> str | None:
-    """The name whose object (or part of its memory) `value` is: `m`, `m[1:]`, `m.t()`, `m.T`."""
+    """The name whose object (or part of its memory) `value` is: `m`, `m[1:]`, `m.t()`, `m.T`.
+    (Not `self.layer`: a module's attribute, no local's object.)"""
     while True:
         if isinstance(value, ast.Name):
             return value.id
-        if isinstance(value, (ast.Subscript, ast.Attribute)):
+        if isinstance(value, ast.Subscript) or isinstance(value, ast.Attribute) and value.attr in _VIEW_ATTRIBUTES:
             value = value.value
         elif isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr in _VIEWS:
             value = value.func.value
