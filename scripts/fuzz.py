@@ -549,6 +549,9 @@ def summary(results: list[Outcome]) -> str:
     reasons = Counter(r.detail.split(":", 1)[0] for r in results if r.kind == "refused")
     if reasons:
         lines.append("refusals: " + ", ".join(f"{n} {why}" for why, n in reasons.most_common()))
+        for why, _ in reasons.most_common():  # which programs, to look at one with --show
+            seeds = [r.seed for r in results if r.kind == "refused" and r.detail.split(":", 1)[0] == why]
+            lines.append(f"  {why}: seeds {seeds[:6]}{' ...' if len(seeds) > 6 else ''}")
     return "\n".join(lines)
 
 

@@ -13,8 +13,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 import fuzz  # noqa: E402
 from fuzz_minimise import minimise  # noqa: E402
 
-SEED = 29  # its forward hashes `cnt` (int64 `%`)
-BUG_SEED = 6  # converts and matches torch; a Linear on one path feeds the output
+SEED = 35  # its forward hashes `cnt` (int64 `%`)
+BUG_SEED = 159  # converts and matches torch; a Linear on one path feeds the output
 
 
 def _runs_in_torch(source: str, folder: Path) -> bool:
@@ -74,11 +74,11 @@ def test_a_real_oracle_keeps_the_bug_and_its_kind(tmp_path, monkeypatch) -> None
     addmm = torch.ops.aten.addmm.default
     right = table[addmm]
     monkeypatch.setitem(table, addmm, lambda *args, **kwargs: 0.9 * right(*args, **kwargs))
-    first, small = fuzz.minimise_seed(BUG_SEED, tmp_path, extended=True, max_checks=250)  # ~180 checks, ~40 s
+    first, small = fuzz.minimise_seed(BUG_SEED, tmp_path, extended=True, max_checks=250)  # ~50 checks, ~13 s
     assert first.kind == "bug" and fuzz.bug_kind(first) == "mismatch", first
     assert small is not None and fuzz.check(BUG_SEED, tmp_path, source=small.source, extended=True).kind == "bug"
     assert "self.l0(" in small.source
-    # 28 statements -> the 10 the return's values and the Linear need: nothing of the branches
+    # 30 statements -> the 9 the return's values and the Linear need: nothing of the branches
     assert small.complete and small.statements[1] <= 12, (small.statements, small.source)
 
 
