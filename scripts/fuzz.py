@@ -54,6 +54,7 @@ for _path in (ROOT, ROOT / "scripts"):  # dycl_jax and examples; fuzz_minimise b
 import dycl_jax  # noqa: E402
 from dycl_jax.errors import DyclError, raised_by_us  # noqa: E402
 from dycl_jax.rewrite.api import run_dispatch_trace, run_torch_trace  # noqa: E402
+from dycl_jax.runtime.decoded import finish  # noqa: E402
 from fuzz_minimise import Minimised, minimise  # noqa: E402  (scripts/ is on sys.path)
 from fuzz_aliases import Rebinds  # noqa: E402
 from fuzz_shapes import Shapes  # noqa: E402
@@ -369,7 +370,7 @@ def _torch_decisions(model: torch.nn.Module, jm: Any, args: tuple) -> list:
     last traced call did: call it after `jm.trace(*args)`)."""
     if jm.host == "dispatch":
         return list(run_dispatch_trace(model, "forward", args, jm._fn.failed_islands(), jm._fn.alias_choices)[1])
-    return list(run_torch_trace(model, "forward", args)[1])
+    return list(run_torch_trace(model, "forward", args, unroll=jm.unroll)[1])  # (a padded program: its unroll)
 
 
 def _flip(model: torch.nn.Module, jm: Any, args: tuple, tol: float) -> str | None:
@@ -455,7 +456,8 @@ def _compare(seed: int, model: torch.nn.Module, jm: Any, ins: list[tuple[int, tu
     for n, ((k, a), w) in enumerate(zip(ins, expected)):
         if jm.host == "dispatch" and n >= APPLY_DISPATCH_INPUTS:
             break
-        diff = _same(w, apply(state, *[jnp.asarray(t.numpy()) for t in a]), tol, ordered=jm.host != "staged")
+        # (a padded program's apply gives the padded form, as documented: compared trimmed)
+        diff = _same(w, finish(apply(state, *[jnp.asarray(t.numpy()) for t in a])), tol, ordered=jm.host != "staged")
         if diff:
             return out("bug", f"jm.apply, input {k}: {diff}")
     return out("match", paths=paths)

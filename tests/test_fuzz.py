@@ -104,6 +104,8 @@ REGRESSION_INPUTS = {
     1934115: (0, 1),  # staging crashed (lax.scan with nothing to scan over), whatever the input
     773472307: (0, 1),  # 0 failed (`a` missed `v.add_(h)`), 1 matched
     773472259: (0, 3),  # 3 failed (`v` missed `xs[0].add_(h)`), 0 matched
+    38277010: (0, 1),  # conversion failed (a data-dependent guard taken for our bug), whatever the input
+    224670785: (0, 1),  # conversion failed (an unbacked size in a placeholder), whatever the input
 }
 
 

@@ -110,9 +110,11 @@ def internal_cause(exc: DyclError) -> BaseException | None:
     one, wherever torch raised it: those are what the dispatch host is for. None where `exc` is a refusal that may move to the dispatch host."""
     chain = exception_chain(exc)
     internal = next((e for e in chain if raised_by_us(e)), None)
-    root = f"{type(chain[-1]).__name__} {chain[-1]}"
+    # torch's own exception anywhere in the chain (not only its root: the guard may be raised
+    # while torch handles another exception of its own, which is then the root)
+    said = [f"{type(e).__name__} {e}" for e in chain if not isinstance(e, DyclError)]
     documented = any(isinstance(e, DataDependentError) for e in chain) \
-        or any(k in root for k in (*_DATA_DEPENDENT, *_BRANCH_MISMATCH))
+        or any(k in text for text in said for k in (*_DATA_DEPENDENT, *_BRANCH_MISMATCH))
     if internal is None and not documented:
         internal = provoked_by_us(exc)
     return noted(internal) if internal is not None else None

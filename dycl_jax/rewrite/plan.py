@@ -67,11 +67,21 @@ def describe(v: Any) -> str:
 
 
 def same_shape(a: tuple, b: tuple) -> bool:
-    if len(a) != len(b):
-        return False
-    from torch.fx.experimental.symbolic_shapes import statically_known_true
+    return len(a) == len(b) and all(_same_size(x, y) for x, y in zip(a, b))
 
-    return all(x == y if isinstance(x, int) and isinstance(y, int) else statically_known_true(x == y) for x, y in zip(a, b))
+
+def _same_size(x: Any, y: Any) -> bool:
+    """Sizes provably equal. Two paths' data-dependent sizes (each path's own `nonzero`) are
+    symbols of separate traces: comparing them would record a node in a graph that does not
+    know them (torch: "u0 is not tracked with proxy"), so such sizes are equal only as one symbol."""
+    if isinstance(x, int) and isinstance(y, int):
+        return x == y
+    from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols, statically_known_true
+
+    ex, ey = (v.node.expr if isinstance(v, torch.SymInt) else v for v in (x, y))
+    if free_unbacked_symbols(x) or free_unbacked_symbols(y):
+        return bool(ex == ey)
+    return statically_known_true(x == y)
 
 
 @dataclass
@@ -205,6 +215,12 @@ def _error(site: Site, msg: str, fix: str) -> PathMismatchError:
     return PathMismatchError(f"{site.construct}: {msg}", location=site.location, fix=fix)
 
 
+def _data_sized(leaf: Leaf) -> bool:
+    from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
+
+    return not leaf.const and any(free_unbacked_symbols(d) for d in leaf.shape if isinstance(d, torch.SymInt))
+
+
 def _unify_leaf(site: Site, j: int, paths: list[int], vals: list[Any], constants: bool) -> Leaf:
     tensors = [(p, v) for p, v in zip(paths, vals) if isinstance(v, torch.Tensor)]
     what = site.what(j)
@@ -282,6 +298,12 @@ def build(site: Site, outputs: list[tuple[Any, ...]], placeholders: str = "retva
                              "on every path")
         leaves = [_unify_leaf(site, j, defined, [flats[p][0][i] for p in defined], constants)
                   for i in range(len(flats[defined[0]][0]))]
+        if len(defined) < len(vals) and any(_data_sized(leaf) for leaf in leaves):
+            # the placeholder of a path that never assigned it would need the other path's size
+            raise _error(site, f"{site.what(j)} is assigned on the {site.where(defined[0], j)} only, with a size "
+                         f"that tensor values decide there (`nonzero`, a boolean mask, `.item()`), which the "
+                         f"{site.path(next(p for p in range(len(vals)) if p not in defined))} has no value of",
+                         "convert with the dispatch host (host=\"auto\" picks it), which runs the construct in Python")
         vars_.append(VarPlan(spec, leaves))
         for i, leaf in enumerate(leaves):
             if not leaf.const:  # per path: the tensor's id, or None where the variable is undefined
