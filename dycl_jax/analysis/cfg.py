@@ -179,11 +179,11 @@ class Liveness:
         binds the name to a new tensor first (`fresh_binding`). `h = h.clone(); h[:, 0] = 0.0`
         updates a new tensor, never the caller's `h`; `if t: h = h.clone()` then `h.add_(1)`, or
         `h = h[:, 1:]` (a view) then `h.add_(1)`, may update the old one."""
-        stmts = {id(self.cfg.start[id(s)]): s for st in block for s in ast.walk(st)
-                 if isinstance(s, ast.stmt) and id(s) in self.cfg.start}
-        inside = {id(self.cfg.start[id(s)]): self.cfg.start[id(s)] for s in stmts.values()}
+        # the block's nodes (by id): each with its statement
+        inside = {id(self.cfg.start[id(s)]): (self.cfg.start[id(s)], s) for st in block for s in ast.walk(st)
+                  if isinstance(s, ast.stmt) and id(s) in self.cfg.start}
         out: set[str] = set()
-        for name in set().union(*(n.acc.mutates for n in inside.values())):
+        for name in set().union(*(node.acc.mutates for node, _ in inside.values())):
             seen: set[int] = set()
             stack = [self.cfg.entry_of[id(block)]]
             while stack and name not in out:
@@ -193,7 +193,7 @@ class Liveness:
                 seen.add(id(node))
                 if name in node.acc.mutates:
                     out.add(name)
-                elif fresh_binding(stmts.get(id(node))) != name:
+                elif fresh_binding(inside.get(id(node), (None, None))[1]) != name:
                     stack.extend(node.succ)
         return out
 

@@ -133,9 +133,10 @@ class _Scanner(ast.NodeVisitor):
             # holds; `self.cache.update(...)` changes no local)
             for held in _chosen(func.value):
                 if _local_chain(held):
-                    self.acc.mutates.add(_base_name(held))
+                    base = _base_name(held)
+                    self.acc.mutates.add(base)
                     if _held(held):
-                        self.acc.deep.add(_base_name(held))
+                        self.acc.deep.add(base)
         # a user method or function that may update an argument in place (`effects.mark`): `b = self.bumped(v)`
         self.acc.mutates |= getattr(node, "_dycl_updates", frozenset())
         for kw in node.keywords:  # torch.add(a, b, out=v): torch writes the result into v

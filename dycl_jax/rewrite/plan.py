@@ -78,8 +78,8 @@ def _same_size(x: Any, y: Any) -> bool:
         return x == y
     from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols, statically_known_true
 
-    ex, ey = (v.node.expr if isinstance(v, torch.SymInt) else v for v in (x, y))
     if free_unbacked_symbols(x) or free_unbacked_symbols(y):
+        ex, ey = (v.node.expr if isinstance(v, torch.SymInt) else v for v in (x, y))
         return bool(ex == ey)
     return statically_known_true(x == y)
 

@@ -168,10 +168,14 @@ def user_scopes(fn: ast.FunctionDef) -> list[ast.FunctionDef]:
 
 def own_statements(scope: ast.AST):
     """(statement, containing list) pairs of a scope, outer before inner, not entering nested defs."""
-    def walk(block: list[ast.stmt]):
-        for s in list(block):
-            yield s, block
-            if not is_scope(s):
-                for inner in stmt_blocks(s):
-                    yield from walk(inner)
-    yield from walk(scope.body)
+    yield from block_statements(scope.body)
+
+
+def block_statements(block: list[ast.stmt]):
+    """(statement, containing list) pairs of a block and the blocks nested in it, outer before
+    inner, not entering nested defs."""
+    for s in list(block):
+        yield s, block
+        if not is_scope(s):
+            for inner in stmt_blocks(s):
+                yield from block_statements(inner)

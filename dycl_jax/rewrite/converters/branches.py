@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from dycl_jax.analysis.aliases import Aliases
 from dycl_jax.analysis.cfg import Liveness
 from dycl_jax.analysis.scopes import block_access, free_names, param_names
-from dycl_jax.rewrite.templates import assign, is_scope, locate, op_call, tuple_of
+from dycl_jax.rewrite.templates import assign, block_statements, is_scope, locate, op_call, tuple_of
 
 
 @dataclass
@@ -118,6 +118,8 @@ def element_hazards(live: Liveness, construct: ast.stmt, kept: tuple[tuple[str, 
     """Of `kept` (n, m), those where, should the container m hold the tensor n, a later update
     reaches the other: n updated in place while m is live, or m's elements updated while n is.
     (`outputs.append(output)` changes the list, never the tensor it holds.)"""
+    if not kept:
+        return ()
     pairs, deep = _updates_after(live, construct)
     return tuple(p for p in kept if p in pairs or (p[1] in deep and (p[1], p[0]) in pairs))
 
@@ -150,7 +152,7 @@ def made_aliases(live: Liveness, construct: ast.stmt, bodies: list[list[ast.stmt
     `a = v[:, 1:]`), and a statement that may run after the construct updates one of them in
     place while the other is live. (A statement inside a construct converted already is its own.)"""
     made: set[tuple[str, str]] = set()
-    for stmt in (s for b in bodies for st in b for s in _statements(st)):
+    for stmt in (s for b in bodies for s, _ in block_statements(b)):
         if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name) \
                 and stmt.targets[0].id in outputs and (m := object_of(stmt.value)) is not None:
             made.add((stmt.targets[0].id, m))
@@ -159,17 +161,6 @@ def made_aliases(live: Liveness, construct: ast.stmt, bodies: list[list[ast.stmt
     hazards = _hazards(live, construct)
     return tuple(sorted((n, m) for n, m in made if m != n and m in live.locals and not m.startswith("_dycl_")
                         and frozenset((n, m)) in hazards))
-
-
-def _statements(stmt: ast.stmt) -> list[ast.stmt]:
-    """`stmt` and the statements nested in it, not those of nested (or generated) functions."""
-    if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-        return []
-    out = [stmt]
-    for field in ("body", "orelse", "finalbody", "handlers"):
-        for s in getattr(stmt, field, ()) or ():
-            out += _statements(s) if isinstance(s, ast.stmt) else [x for h in s.body for x in _statements(h)]
-    return out
 
 
 def _reachable(start) -> list:

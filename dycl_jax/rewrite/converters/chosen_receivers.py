@@ -16,7 +16,7 @@ import copy
 
 from dycl_jax.analysis.scopes import block_access
 from dycl_jax.rewrite.converters.branches import object_of as _object_of
-from dycl_jax.rewrite.templates import Context, locate
+from dycl_jax.rewrite.templates import Context, is_scope, locate, stmt_blocks
 
 
 def _holder(stmt: ast.stmt, updated: set[str]) -> ast.AST | None:
@@ -46,54 +46,21 @@ def _split(stmt: ast.stmt, updated: set[str]) -> ast.stmt:
     if holder is None:
         return stmt
     choice = holder.value  # type: ignore[attr-defined]
-    path = _path(stmt, holder)
     arms = []
-    for chosen in (choice.body, choice.orelse):
-        arm = copy.deepcopy(stmt)
-        _follow(arm, path).value = copy.deepcopy(chosen)
-        arms.append(_split(arm, updated))  # `(a if s else b if t else c).append(x)`: the inner choice too
+    for chosen in (choice.body, choice.orelse):  # each arm: the statement copied with that object in place
+        holder.value = chosen  # type: ignore[attr-defined]
+        arms.append(_split(copy.deepcopy(stmt), updated))  # `(a if s else b if t else c).append(x)` too
+    holder.value = choice  # type: ignore[attr-defined]
     return locate(ast.copy_location(ast.If(test=choice.test, body=[arms[0]], orelse=[arms[1]]), stmt), stmt)
 
 
-def _path(root: ast.AST, target: ast.AST) -> list[tuple[str, int | None]]:
-    """The fields (and list indices) leading from `root` to `target`."""
-    if root is target:
-        return []
-    for field, value in ast.iter_fields(root):
-        for i, child in enumerate(value if isinstance(value, list) else [value]):
-            if isinstance(child, ast.AST):
-                sub = _path(child, target)
-                if sub is not None:
-                    return [(field, i if isinstance(value, list) else None), *sub]
-    return None  # type: ignore[return-value]
-
-
-def _follow(root: ast.AST, path: list[tuple[str, int | None]]) -> ast.AST:
-    for field, i in path:
-        root = getattr(root, field) if i is None else getattr(root, field)[i]
-    return root
-
-
-class _Receivers(ast.NodeTransformer):
-    def __init__(self, updated: set[str]) -> None:
-        self.updated = updated
-
-    def generic_visit(self, node: ast.AST) -> ast.AST:
-        node = super().generic_visit(node)
-        for field in ("body", "orelse", "finalbody"):
-            stmts = getattr(node, field, None)
-            if isinstance(stmts, list) and stmts and isinstance(stmts[0], ast.stmt):
-                setattr(node, field, [_split(s, self.updated) for s in stmts])
-        return node
-
-    def visit_FunctionDef(self, node: ast.FunctionDef) -> ast.AST:
-        return node  # nested defs are their own scopes (converted separately)
-
-    visit_AsyncFunctionDef = visit_FunctionDef  # type: ignore[assignment]
-    visit_Lambda = visit_FunctionDef  # type: ignore[assignment]
+def _split_block(block: list[ast.stmt], updated: set[str]) -> None:
+    block[:] = [_split(s, updated) for s in block]
+    for s in block:
+        if not is_scope(s):  # nested defs are their own scopes (converted separately)
+            for inner in stmt_blocks(s):
+                _split_block(inner, updated)
 
 
 def convert(scope: ast.FunctionDef, ctx: Context) -> None:
-    updated = block_access(scope.body).mutates
-    transformer = _Receivers(updated)
-    scope.body = [_split(transformer.visit(s), updated) for s in scope.body]
+    _split_block(scope.body, block_access(scope.body).mutates)

@@ -137,11 +137,11 @@ class _Splitter:
         self.first_write = _first_writes(scope)
         self.live = liveness(scope)
         # (last line, names it updates in place) of each simple statement that updates one
-        self.updates = [(getattr(n, "end_lineno", n.lineno) or n.lineno, access(n).mutates) for n in ast.walk(scope)
-                        if isinstance(n, _SIMPLE) and access(n).mutates]
+        accessed = [(getattr(n, "end_lineno", n.lineno) or n.lineno, access(n)) for n in ast.walk(scope)
+                    if isinstance(n, _SIMPLE)]
+        self.updates = [(line, acc.mutates) for line, acc in accessed if acc.mutates]
         # the same, for the containers whose elements they update (`xs[0].add_(1)`, `Access.deep`)
-        self.deep_updates = [(getattr(n, "end_lineno", n.lineno) or n.lineno, access(n).deep) for n in ast.walk(scope)
-                             if isinstance(n, _SIMPLE) and access(n).deep]
+        self.deep_updates = [(line, acc.deep) for line, acc in accessed if acc.deep]
         self.loops = 0  # host loops around the block being split: a later iteration may read a name again
 
     # ------------------------------------------------------------ statements
