@@ -176,11 +176,13 @@ def island(spec: RegionSpec, fn: Callable, values: tuple) -> Any:
     executor = _EXECUTOR.get()
     if executor is not None:
         return executor.run_island(spec, fn, values)
-    if _replayed_choice(spec, values):
+    on_host = _replayed_choice(spec)
+    if on_host is None:  # no host choice to replay: mirror a host where this island did not stage
+        hosted = _PLAIN_ISLANDS.get()
+        on_host = hosted is not None and spec.label in hosted or \
+            bool(spec.aliased or spec.in_place) and aliased_at_call(spec, values)
+    if on_host:
         return NOT_STAGED
-    hosted = _PLAIN_ISLANDS.get()
-    if hosted is not None and spec.label in hosted:
-        return NOT_STAGED  # mirror a host where this island did not stage
     decisions = _DECISIONS.get()
     if decisions is not None:  # the decisions the staged island makes, as the rewritten program's trace has them
         with modes.tracing(decisions):
@@ -199,18 +201,20 @@ AliasChoice = tuple[str, bool]  # (island label, whether its host version ran: a
 _ALIAS_REPLAY: contextvars.ContextVar[list | None] = contextvars.ContextVar("dycl_alias_replay", default=None)
 
 
-def _replayed_choice(spec: RegionSpec, values: tuple) -> bool:
-    """Without an executor: whether the island's host version runs at this call. The dispatch
-    host's choice when one is being replayed (identity of JAX arrays on the host and of tensors
-    here need not agree; an island specialised to its int values runs its host version on their
-    first sight), else Python's aliasing."""
+def _replayed_choice(spec: RegionSpec) -> bool | None:
+    """Without an executor: whether the island's host version ran at this call on the dispatch
+    host being replayed, or None (no replay, or the runs took different paths). The host's choice
+    wins over its set of failed islands, whose labels two islands may share (an island and the
+    one inside its host version), and over aliasing here (identity of JAX arrays on the host and
+    of tensors here need not agree; an island specialised to its int values runs its host
+    version on their first sight)."""
     replay = _ALIAS_REPLAY.get()
     if replay:
         label, on_host = replay[0]
         if label == spec.label:  # (another island first: the runs took different paths)
             del replay[0]
             return on_host
-    return bool(spec.aliased or spec.in_place) and aliased_at_call(spec, values)
+    return None
 
 
 @contextlib.contextmanager
