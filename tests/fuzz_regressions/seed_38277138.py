@@ -1,9 +1,10 @@
-# Found by scripts/fuzz.py (seed 38277138, dispatch host, decision trace only): one line holds two
-# statements (`k = ...; h = ...`), so the island they start and the island inside its host version share one label.
-# The first does not stage (an `.item()` read), the second stages. The rewritten torch program,
-# replaying the host, ran the second's host version too (the set of failed islands, by label,
-# overrode the host's recorded per-call choice) and recorded the `while` test that the staged
-# island decides statically. The recorded choice now wins (rewrite/regions._replayed_choice).
+# Found by scripts/fuzz.py (seed 38277138, dispatch host, decision trace only): one line holds
+# two statements (`k = ...; h = ...`), so the island they start and the island inside its host
+# version share one label. The first does not stage (an `.item()` read), the second stages. The
+# rewritten torch program, replaying the host, ran the second's host version too (the set of
+# failed islands, by label, overrode the host's recorded per-call choice) and recorded the `while`
+# test that the staged island decides statically. The recorded choice now wins
+# (rewrite/regions._replayed_choice).
 import torch
 import torch.nn as nn
 
