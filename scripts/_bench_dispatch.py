@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from dycl_jax import JaxModel, to_jax
+from dycl_jax.host.dispatch import Compiled
 from dycl_jax.rewrite.regions import recording_decisions
 
 
@@ -34,6 +35,9 @@ class HostWork:
     host_statements: int  # statements that run in torch on the host
     captures: int  # torch.export captures so far
     compilations: int  # XLA executables built so far
+    # ms per forward of the compiled programs a forward ran, called back to back with the same
+    # arguments and waited for once: what any host running this split pays, with no Python between
+    programs_ms: float = float("nan")
 
 
 def host_work(jm: JaxModel, jax_cases: Sequence[tuple]) -> HostWork | None:
@@ -58,7 +62,36 @@ def host_work(jm: JaxModel, jax_cases: Sequence[tuple]) -> HostWork | None:
         calls["run_region"] / n, calls.get("run_island", 0) / n, len(decisions) / n,
         kinds.count("region"), kinds.count("island"), sum(len(st.parts) for st in host.regions.values()),
         len(report.host_statements), report.captures, report.compilations,
+        _programs_ms(jm, jax_cases),
     )
+
+
+def _programs_ms(jm: JaxModel, jax_cases: Sequence[tuple], rounds: int = 30) -> float:
+    """Median ms per forward of replaying the compiled programs the inputs ran, in call order
+    with their recorded arguments (host reads, numpy work and Python between them left out)."""
+    host = jm._fn
+    programs = [e for st in host.regions.values() for p in st.parts for e in p.cache.values()
+                if isinstance(e, Compiled)]
+    calls: list[tuple[Callable, tuple]] = []
+    originals = [e.fn for e in programs]
+    for e in programs:  # an instance attribute per program: programs share one jitted fn
+        def recorded(*args: Any, _fn: Callable = e.fn) -> Any:
+            calls.append((_fn, args))
+            return _fn(*args)
+        e.fn = recorded
+    try:
+        for case in jax_cases:
+            jax.block_until_ready(jm(*case))
+    finally:
+        for e, fn in zip(programs, originals):
+            e.fn = fn
+    if not calls:
+        return 0.0
+
+    def replay() -> None:
+        jax.block_until_ready([fn(*args) for fn, args in calls])
+    replay()
+    return _median_us(replay, rounds) / 1e3 / len(jax_cases)
 
 
 def _counting(method: Callable, calls: dict[str, int], name: str) -> Callable:

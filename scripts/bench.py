@@ -209,6 +209,11 @@ class DynnRow:
         gap, calls = self.gap_ms(), self.work.region_calls + self.work.island_calls if self.work else 0
         return gap * 1e3 / calls if gap is not None and calls else None
 
+    def programs_ratio(self) -> float | None:
+        """The dispatch split's compiled programs alone (no host work) over the staged latency."""
+        staged = self.ms("staged")
+        return self.work.programs_ms / staged if self.work is not None and staged else None
+
 
 def convert_hosts(
     model: Any, args: tuple, hosts: tuple[str, ...]
@@ -428,7 +433,7 @@ def render_work(rows: list[DynnRow], console: Console) -> None:
     table = _numbers_table(
         "dispatch host per forward (means over the inputs; us/call = (dispatch - staged ms) / (region + island calls))",
         ["model"], ["regions", "islands", "parts", "on host", "captures", "XLA progs", "region calls",
-                    "island calls", "decisions", "dispatch-staged ms", "us/call"])
+                    "island calls", "decisions", "dispatch-staged ms", "us/call", "programs ms", "programs/staged"])
     for r in rows:
         w = r.work
         if w is None:
@@ -436,10 +441,13 @@ def render_work(rows: list[DynnRow], console: Console) -> None:
         counts = (w.regions, w.islands, w.parts, w.host_statements, w.captures, w.compilations)
         per_forward = (w.region_calls, w.island_calls, w.decisions)
         table.add_row(r.model, *map(str, counts), *(_fmt(v, ".1f") for v in per_forward),
-                      _fmt(r.gap_ms(), ".3f"), _fmt(r.region_us(), ".1f"), Text(r.kind))
+                      _fmt(r.gap_ms(), ".3f"), _fmt(r.region_us(), ".1f"), _fmt(w.programs_ms, ".3f"),
+                      _fmt(r.programs_ratio(), ".2f"), Text(r.kind))
     console.print(table)
     console.print("islands: constructs staged whole inside the dispatch host; parts: regions and islands after "
-                  "splitting where torch.export refused; on host: statements run in torch")
+                  "splitting where torch.export refused; on host: statements run in torch; programs: the compiled "
+                  "programs of a forward replayed back to back with its arguments, no host work between (a floor "
+                  "for any host that runs this split)")
 
 
 def render_units(u: UnitCosts, console: Console) -> None:

@@ -29,16 +29,22 @@ def check_views_kept(spec: RegionSpec, part: Any, vals: tuple, leaves: list, out
     """`views` (capture/region.view_pairs): output leaf k shares memory with input or output leaf
     j. Torch's update of one reaches the other; the host's arrays are separate. Refused where the
     view and a name still holding the other are both read later and one of them may be updated
-    in place from this region on (`RegionSpec.updated_later`)."""
+    in place after this part (`RegionSpec.updated_later`, a later statement's `updates`)."""
     ins = [n for n, v in zip(part.ins, vals) for _ in leaves_in_order(v)]
     out_names = [n for n, v in zip(part.outs, outs) for _ in leaves_in_order(v)]
     later = None if spec.live_after is None else spec.live_after.union(*(st.ins for st in spec.statements[part.stop:]))
     live = (lambda n: not n.startswith("_dycl_")) if later is None else (lambda n: n in later)
     values = {**dict(zip(part.ins, vals)), **dict(zip(part.outs, outs))}
 
+    rest = spec.statements[part.stop:]
+
     def risky(n: str) -> bool:  # a container is changed without its tensors but by an update of its elements
-        later = spec.deep_later if type(values.get(n)) in (list, tuple, dict) else spec.updated_later
-        return later is None or n in later
+        deep = type(values.get(n)) in (list, tuple, dict)
+        for later in [spec.deep_later if deep else spec.updated_later] + \
+                [st.deep_updates if deep else st.updates for st in rest]:
+            if later is None or n in later:
+                return True
+        return False
     for k, kind, j in views:
         if k >= len(out_names) or (kind == "out" and j >= len(out_names)) or (kind == "in" and j >= len(ins)):
             continue  # a module attribute's value: not a name of the function

@@ -38,6 +38,11 @@ class StatementSpec:
     # a read (`n = t.tolist()`, `sel = t.nonzero()`, `y = t[m]`: host_reads.ReadForm): the host
     # reads the array with numpy (host/reads.py)
     read: Any = None
+    # the function's names that may hold a tensor it updates in place, and a container whose
+    # elements it updates in place (None: not known): a later part of its region may change a
+    # view's base (host/views.py)
+    updates: frozenset[str] | None = frozenset()
+    deep_updates: frozenset[str] | None = frozenset()
 
 
 def identities(statements: Sequence[StatementSpec], ins: Sequence[str],
@@ -84,8 +89,9 @@ class RegionSpec:
     # outputs that are also inputs and that the region never rebinds, only changes in place: a
     # list or dict among them keeps its identity (appends.kept_in_place)
     in_place: frozenset[str] = frozenset()
-    # names that may hold a tensor a statement from the region on updates in place (None: any);
-    # a region output that is a view of another live name is refused where one of them is in it
+    # names that may hold a tensor a statement after the region updates in place (None: any); a
+    # part's output that is a view of another live name is refused where one of them is in it or
+    # in a later statement's `updates` (its own statements' updates are in its program's outputs)
     updated_later: frozenset[str] | None = None
     # of them, the containers whose elements may be updated in place (`xs[0].add_(1)`): a list or
     # dict holding a view is changed by `d[k] = v` / `xs.append(v)` without touching the view

@@ -136,12 +136,15 @@ class _Splitter:
         self.reads = Counter(_loads(scope))
         self.first_write = _first_writes(scope)
         self.live = liveness(scope)
-        # (last line, names it updates in place) of each simple statement that updates one
-        accessed = [(getattr(n, "end_lineno", n.lineno) or n.lineno, access(n)) for n in ast.walk(scope)
+        # (statement, last line, names it updates in place) of each simple statement that updates
+        # one (a helper it calls may update an argument: `_region` below counts those too)
+        accessed = [(n, getattr(n, "end_lineno", n.lineno) or n.lineno, access(n)) for n in ast.walk(scope)
                     if isinstance(n, _SIMPLE)]
-        self.updates = [(line, acc.mutates) for line, acc in accessed if acc.mutates]
+        self.updates = [(n, line, acc.mutates | helper_arguments(n) & acc.reads & self.locals)
+                        for n, line, acc in accessed]
+        self.updates = [u for u in self.updates if u[2]]
         # the same, for the containers whose elements they update (`xs[0].add_(1)`, `Access.deep`)
-        self.deep_updates = [(line, acc.deep) for line, acc in accessed if acc.deep]
+        self.deep_updates = [(n, line, acc.deep) for n, line, acc in accessed if acc.deep]
         self.loops = 0  # host loops around the block being split: a later iteration may read a name again
 
     # ------------------------------------------------------------ statements
@@ -313,8 +316,8 @@ class _Splitter:
                                          tuple(ins), tuple(outs), "island",
                                          aliased=tuple((ins.index(n), ins.index(m)) for n, m in pairs),
                                          in_place=frozenset(set(ins) & set(outs) - rebound(run)),
-                                         updated_later=self._updated_from(first),
-                                         deep_later=self._updated_from(first, deep=True)))
+                                         updated_later=self._updated_after(run),
+                                         deep_later=self._updated_after(run, deep=True)))
         result = self.ctx.fresh("staged")
         self.locals.add(result)
         call = set_name(result, op_call("island", _table(site), name(fn_name), tuple_of(ins)))
@@ -430,18 +433,25 @@ class _Splitter:
         """Names a simple statement that may run after `run` updates in place (by line; inside a
         host loop, any)."""
         end = max(map(_last_line, run))
-        return {n for line, names in self.updates if self.loops or line > end for n in names}
+        return {n for _, line, names in self.updates if self.loops or line > end for n in names}
 
-    def _updated_from(self, line: int, deep: bool = False) -> frozenset[str] | None:
-        """Names that may hold a tensor a simple statement from `line` on updates in place (inside
-        a host loop, any statement); with `deep`, a container whose elements it updates in place.
-        None where the function's aliases are not known."""
+    def _updated_after(self, run: list[ast.stmt], deep: bool = False) -> frozenset[str] | None:
+        """Names that may hold a tensor a simple statement outside `run` and after its start
+        updates in place (inside a host loop, any statement); with `deep`, a container whose
+        elements it updates in place. None where the function's aliases are not known. (The run's
+        own updates are one program's: its outputs hold them, a view of an updated tensor too.)"""
+        inside = {id(n) for st in run for n in ast.walk(st)}
+        end = max(map(_last_line, run))  # (a statement on the run's last line after it counts)
+        updates = self.deep_updates if deep else self.updates
+        return self._aliased({n for node, line, names in updates
+                              if self.loops or id(node) not in inside and line >= end for n in names})
+
+    def _aliased(self, names: set[str]) -> frozenset[str] | None:
+        """The function's names that may hold a tensor one of `names` holds (None: not known)."""
         aliases = getattr(self.ctx.src.tree, "_dycl_aliases", None)
         if aliases is None:
             return None
-        updates = self.deep_updates if deep else self.updates
-        updated = {n for end, names in updates if self.loops or end >= line for n in names}
-        return frozenset(m for m in self.locals if any(aliases.same(m, u) for u in updated))
+        return frozenset(m for m in self.locals if any(aliases.same(m, u) for u in names))
 
     def _live_after(self, run: list[ast.stmt]) -> set[str] | None:
         """Names read after the run (None: not known). A temp computed for a statement (its test,
@@ -508,7 +518,8 @@ class _Splitter:
             defs.append(locate(function(fn_name, ins, [*self._unbind(plain), s], outs), s))
             stmts.append(StatementSpec(fn_name, tuple(ins), tuple(outs), s.lineno, self.ctx.code(s.lineno),
                                        appended(s), tuple(sorted(rebound([s]) & set(outs))), copied(s),
-                                       read_form(s, self.torch_names)))
+                                       read_form(s, self.torch_names), self._aliased(acc.mutates),
+                                       self._aliased(acc.deep)))
         elsewhere = {n for n, c in self.reads.items() if c > run_reads.get(n, 0)}
         # generated temps (tests, iterables, return values) are read by the host code after the region
         outs = sorted(n for n in defined if n in elsewhere or n in exposed or n in forced
@@ -517,8 +528,8 @@ class _Splitter:
         spec = RegionSpec(self.ctx.src.file, run[0].lineno, tuple(stmts), tuple(exposed), tuple(outs),
                           live_after=None if live is None else frozenset(live),
                           in_place=frozenset(set(exposed) & set(outs) - rebound(run)),
-                          updated_later=self._updated_from(run[0].lineno),
-                          deep_later=self._updated_from(run[0].lineno, deep=True))
+                          updated_later=self._updated_after(run),
+                          deep_later=self._updated_after(run, deep=True))
         self.ctx.sites.append(spec)  # type: ignore[arg-type]  (generated code reads specs from the site table)
         call = op_call("region", _table(len(self.ctx.sites) - 1),
                        ast.Tuple(elts=[name(st.fn) for st in stmts], ctx=ast.Load()),

@@ -1,0 +1,99 @@
+"""Dispatch host: a view (`w = v.view(-1)`, `v.t()`) of a tensor updated in place in the same
+program as the view is made converts, as the program's outputs hold the update in both; an
+update made by a later program (a later part of the region, after a host loop) is refused at
+the view's line, never answered wrong."""
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+import dycl_jax
+from differential import assert_same
+from dycl_jax.errors import AliasedUpdateError
+
+
+class _Lin(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(6, 6)
+
+
+class FlatViewThenUpdate(_Lin):
+    """The update before a data-dependent size (`.item()` as a slice bound)."""
+
+    def forward(self, h):
+        v = h * 0.5
+        w = v.view(-1)
+        v.mul_(1.5)
+        k = int((h > 0).sum().item())
+        h = torch.cat([h[:, :k] * 0.5, h[:, k:]], dim=1)
+        return h, v, w * 1.0
+
+
+class TransposeThenUpdateThroughAlias(_Lin):
+    """The update through another name, before a loop over rows with an `.item()` test."""
+
+    def forward(self, h):
+        v = self.lin(h)
+        a = v
+        w = v.t()
+        a.add_(1.0)
+        out = []
+        for row in h:
+            if row.sum().item() > 0:
+                out.append(w.sum(1) + row)
+        return v, w * 1.0, len(out)
+
+
+class UpdateAfterARead(_Lin):
+    """The update in a later part of the region (after the `.item()` read)."""
+
+    def forward(self, h):
+        v = h * 0.5
+        w = v.view(-1)
+        k = int((h > 0).sum().item())
+        v.mul_(1.5)
+        h = torch.cat([h[:, :k] * 0.5, h[:, k:]], dim=1)
+        return h, v, w * 1.0
+
+
+class UpdateAfterAHostLoop(_Lin):
+    def forward(self, h):
+        v = self.lin(h)
+        w = v.t()
+        out = []
+        for row in h:
+            if row.sum().item() > 0:
+                out.append(row)
+        v.add_(1.0)
+        return v, w * 1.0, len(out)
+
+
+def _cases() -> list[tuple]:
+    g = torch.Generator().manual_seed(3)
+    return [(torch.randn(2, 6, generator=g) + (k % 4 - 1.5),) for k in range(10)]
+
+
+@pytest.mark.parametrize("host", ["dispatch", "auto"])
+@pytest.mark.parametrize("cls", [FlatViewThenUpdate, TransposeThenUpdateThroughAlias])
+def test_a_view_updated_in_the_program_that_makes_it_converts(cls, host):
+    torch.manual_seed(0)
+    model = cls().eval()
+    cases = _cases()
+    jm = dycl_jax.to_jax(model, cases[0], host=host)
+    assert jm.host == "dispatch"
+    for k, args in enumerate(cases):
+        with torch.no_grad():
+            want = model(*args)
+        assert_same(want, jm(*(a.numpy() for a in args)), f"{cls.__name__} input {k}")
+
+
+@pytest.mark.parametrize("cls", [UpdateAfterARead, UpdateAfterAHostLoop])
+def test_a_view_updated_by_a_later_program_is_refused_at_its_line(cls):
+    torch.manual_seed(0)
+    model = cls().eval()
+    with pytest.raises(AliasedUpdateError, match="`w` is a view of `v`") as info:
+        dycl_jax.to_jax(model, _cases()[0], host="dispatch")
+    loc = info.value.location
+    assert loc is not None and loc.file == __file__ and loc.code.startswith("w = v."), loc
