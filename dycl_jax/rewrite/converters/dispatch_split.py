@@ -429,12 +429,6 @@ class _Splitter:
                 if m not in outs and not m.startswith("_dycl_") and any(aliases.same(m, u) for u in acc.mutates)
                 and (m in self.params or self.loops or self.first_write.get(m, 0) < s.lineno)}
 
-    def _updated_after(self, run: list[ast.stmt]) -> set[str]:
-        """Names a simple statement that may run after `run` updates in place (by line; inside a
-        host loop, any)."""
-        end = max(map(_last_line, run))
-        return {n for _, line, names in self.updates if self.loops or line > end for n in names}
-
     def _updated_after(self, run: list[ast.stmt], deep: bool = False) -> frozenset[str] | None:
         """Names that may hold a tensor a simple statement outside `run` and after its start
         updates in place (inside a host loop, any statement); with `deep`, a container whose
