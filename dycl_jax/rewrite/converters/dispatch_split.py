@@ -90,15 +90,6 @@ def _tail_start(stmts: list[ast.stmt], island: Callable[[ast.stmt], bool]) -> in
     return k if inner or any(island(s) for s in stmts[k:-1]) else None
 
 
-def _last_line(s: ast.stmt) -> int:
-    """The last line of `s` that runs with it: for the temp holding an `if`/`while` test, the
-    test's (the temp is located at the whole statement, whose bodies run after it)."""
-    before = getattr(s, "_dycl_before", None)
-    if isinstance(before, (ast.If, ast.While)):
-        return before.test.end_lineno or before.lineno
-    return s.end_lineno or s.lineno
-
-
 def _first_writes(scope: ast.FunctionDef) -> dict[str, int]:
     """The first line on which each name may be bound (nested scopes included: a smaller line
     only keeps a name an island input)."""
@@ -435,10 +426,12 @@ class _Splitter:
         elements it updates in place. None where the function's aliases are not known. (The run's
         own updates are one program's: its outputs hold them, a view of an updated tensor too.)"""
         inside = {id(n) for st in run for n in ast.walk(st)}
-        end = max(map(_last_line, run))  # (a statement on the run's last line after it counts)
+        # from the run's first line: a temp holding an `if`/`while` test or a `for` iterable is
+        # located at its whole statement, whose body runs after the run
+        start = min(st.lineno for st in run)
         updates = self.deep_updates if deep else self.updates
         return self._aliased({n for node, line, names in updates
-                              if self.loops or id(node) not in inside and line >= end for n in names})
+                              if self.loops or id(node) not in inside and line >= start for n in names})
 
     def _aliased(self, names: set[str]) -> frozenset[str] | None:
         """The function's names that may hold a tensor one of `names` holds (None: not known)."""
