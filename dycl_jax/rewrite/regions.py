@@ -89,9 +89,10 @@ class RegionSpec:
     # outputs that are also inputs and that the region never rebinds, only changes in place: a
     # list or dict among them keeps its identity (appends.kept_in_place)
     in_place: frozenset[str] = frozenset()
-    # names that may hold a tensor a statement after the region updates in place (None: any); a
-    # part's output that is a view of another live name is refused where one of them is in it or
-    # in a later statement's `updates` (its own statements' updates are in its program's outputs)
+    # names that may hold a tensor a statement outside the region, from its first line on (inside
+    # a host loop, anywhere), updates in place (None: any); a part's output that is a view of
+    # another live name is refused where one of them is in it or in a later statement's `updates`
+    # (the part's own updates are in its program's outputs)
     updated_later: frozenset[str] | None = None
     # of them, the containers whose elements may be updated in place (`xs[0].add_(1)`): a list or
     # dict holding a view is changed by `d[k] = v` / `xs.append(v)` without touching the view
