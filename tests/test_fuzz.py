@@ -160,3 +160,23 @@ def test_an_argmax_between_values_one_tanh_ulp_apart_counts_as_rounding(tmp_path
         tied, plain = model(*ins[7]), model(*ins[0])
     assert fuzz._rounding_sensitive(model, ins[7], tied)
     assert not fuzz._rounding_sensitive(model, ins[0], plain)
+
+
+def test_the_rounding_check_runs_on_a_program_that_casts_back_to_float32():
+    """Seed 22750155: `(h.half() * 0.001).float()` then a float32 Linear. The oracle's float64
+    rerun of such a program fails in torch (float32 input, float64 weights); the check goes on
+    with XLA's tanh instead of escaping as a bug of the converter."""
+
+    class CastsBack(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(4, 4)
+
+        def forward(self, h):
+            return self.lin((h.half() * 0.001).float() * 1000.0).argmax()
+
+    torch.manual_seed(0)
+    model, x = CastsBack().eval(), torch.randn(2, 4)
+    with torch.no_grad():
+        want = model(x)
+    assert fuzz._rounding_sensitive(model, (x,), want) is False
