@@ -6,17 +6,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torch import nn
 
 import dycl_jax
 from differential import assert_same
 from dycl_jax.errors import AliasedUpdateError
-
-
-class _Lin(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.lin = nn.Linear(6, 6)
+from test_operand_views import _Lin, _cases  # (the same model base and inputs, staged there)
 
 
 class FlatViewThenUpdate(_Lin):
@@ -83,11 +77,6 @@ class UpdateInsideAHostLoop(_Lin):
             t.mul_(0.5)
             h = h * 2.0
         return h, a, w * 1.0
-
-
-def _cases() -> list[tuple]:
-    g = torch.Generator().manual_seed(3)
-    return [(torch.randn(2, 6, generator=g) + (k % 4 - 1.5),) for k in range(10)]
 
 
 @pytest.mark.parametrize("host", ["dispatch", "auto"])

@@ -37,14 +37,12 @@ def check_views_kept(spec: RegionSpec, part: Any, vals: tuple, leaves: list, out
     values = {**dict(zip(part.ins, vals)), **dict(zip(part.outs, outs))}
 
     rest = spec.statements[part.stop:]
+    # (a container is changed without its tensors but by an update of its elements)
+    updates = {False: [spec.updated_later, *(st.updates for st in rest)],
+               True: [spec.deep_later, *(st.deep_updates for st in rest)]}
 
-    def risky(n: str) -> bool:  # a container is changed without its tensors but by an update of its elements
-        deep = type(values.get(n)) in (list, tuple, dict)
-        for later in [spec.deep_later if deep else spec.updated_later] + \
-                [st.deep_updates if deep else st.updates for st in rest]:
-            if later is None or n in later:
-                return True
-        return False
+    def risky(n: str) -> bool:
+        return any(later is None or n in later for later in updates[type(values.get(n)) in (list, tuple, dict)])
     for k, kind, j in views:
         if k >= len(out_names) or (kind == "out" and j >= len(out_names)) or (kind == "in" and j >= len(ins)):
             continue  # a module attribute's value: not a name of the function

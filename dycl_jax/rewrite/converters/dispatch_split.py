@@ -127,13 +127,10 @@ class _Splitter:
         self.reads = Counter(_loads(scope))
         self.first_write = _first_writes(scope)
         self.live = liveness(scope)
-        # (statement, last line, names it updates in place) of each simple statement that updates
-        # one (a helper it calls may update an argument: `_region` below counts those too)
-        accessed = [(n, getattr(n, "end_lineno", n.lineno) or n.lineno, access(n)) for n in ast.walk(scope)
+        # (statement, last line, names it updates in place) of each simple statement that updates one
+        accessed = [(n, getattr(n, "end_lineno", n.lineno) or n.lineno, self._access(n)) for n in ast.walk(scope)
                     if isinstance(n, _SIMPLE)]
-        self.updates = [(n, line, acc.mutates | helper_arguments(n) & acc.reads & self.locals)
-                        for n, line, acc in accessed]
-        self.updates = [u for u in self.updates if u[2]]
+        self.updates = [(n, line, acc.mutates) for n, line, acc in accessed if acc.mutates]
         # the same, for the containers whose elements they update (`xs[0].add_(1)`, `Access.deep`)
         self.deep_updates = [(n, line, acc.deep) for n, line, acc in accessed if acc.deep]
         self.loops = 0  # host loops around the block being split: a later iteration may read a name again
@@ -420,6 +417,14 @@ class _Splitter:
                 if m not in outs and not m.startswith("_dycl_") and any(aliases.same(m, u) for u in acc.mutates)
                 and (m in self.params or self.loops or self.first_write.get(m, 0) < s.lineno)}
 
+    def _access(self, s: ast.stmt) -> Access:
+        """`access(s)`, where a helper it calls may also update an argument in place: a region
+        statement returns it, so the update reaches the name (the host holds arrays; a name not
+        returned would keep the old one)."""
+        acc = access(s)
+        acc.mutates |= helper_arguments(s) & acc.reads & self.locals
+        return acc
+
     def _updated_after(self, run: list[ast.stmt], deep: bool = False) -> frozenset[str] | None:
         """Names that may hold a tensor a simple statement outside `run` and after its start
         updates in place (inside a host loop, any statement); with `deep`, a container whose
@@ -483,10 +488,7 @@ class _Splitter:
         exposed: list[str] = []
         run_reads: Counter = Counter()
         for s in run:
-            acc = access(s)
-            # a helper may update an argument in place: the statement returns it, so the update
-            # reaches the name (the host holds arrays; a name not returned would keep the old one)
-            acc.mutates |= helper_arguments(s) & acc.reads & self.locals
+            acc = self._access(s)
             reads = set(acc.reads | acc.mutates)
             if isinstance(s, ast.AugAssign) and isinstance(s.target, ast.Name):
                 reads.add(s.target.id)
