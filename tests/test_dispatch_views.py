@@ -1,7 +1,6 @@
-"""Dispatch host: a view (`w = v.view(-1)`, `v.t()`) of a tensor updated in place in the same
-program as the view is made converts, as the program's outputs hold the update in both; an
-update made by a later program (a later part of the region, after a host loop) is refused at
-the view's line, never answered wrong."""
+"""Dispatch host: a view (`w = v.view(-1)`, `v.t()`) of a tensor updated in place converts,
+whether the update is made in the program that makes the view (its outputs hold the update in
+both) or in a later one (a later part of the region, after or inside a host loop)."""
 from __future__ import annotations
 
 import pytest
@@ -9,7 +8,6 @@ import torch
 
 import dycl_jax
 from differential import assert_same
-from dycl_jax.errors import AliasedUpdateError
 from test_operand_views import _Lin, _cases  # (the same model base and inputs, staged there)
 
 
@@ -80,8 +78,11 @@ class UpdateInsideAHostLoop(_Lin):
 
 
 @pytest.mark.parametrize("host", ["dispatch", "auto"])
-@pytest.mark.parametrize("cls", [FlatViewThenUpdate, TransposeThenUpdateThroughAlias])
-def test_a_view_updated_in_the_program_that_makes_it_converts(cls, host):
+@pytest.mark.parametrize("cls", [FlatViewThenUpdate, TransposeThenUpdateThroughAlias, UpdateAfterARead,
+                                 UpdateAfterAHostLoop, UpdateInsideAHostLoop])
+def test_a_view_updated_in_place_converts_and_matches_torch(cls, host):
+    """In the program that makes it, or in a later one: host/view_families.py keys the later
+    program with the relation, whose capture makes the view of its base again."""
     torch.manual_seed(0)
     model = cls().eval()
     cases = _cases()
@@ -91,13 +92,3 @@ def test_a_view_updated_in_the_program_that_makes_it_converts(cls, host):
         with torch.no_grad():
             want = model(*args)
         assert_same(want, jm(*(a.numpy() for a in args)), f"{cls.__name__} input {k}")
-
-
-@pytest.mark.parametrize("cls", [UpdateAfterARead, UpdateAfterAHostLoop, UpdateInsideAHostLoop])
-def test_a_view_updated_by_a_later_program_is_refused_at_its_line(cls):
-    torch.manual_seed(0)
-    model = cls().eval()
-    with pytest.raises(AliasedUpdateError, match="`w` is a view of `[va]`") as info:
-        dycl_jax.to_jax(model, _cases()[0], host="dispatch")
-    loc = info.value.location
-    assert loc is not None and loc.file == __file__ and loc.code.startswith("w = v"), loc

@@ -93,8 +93,9 @@ class DetachedView(nn.Module):
         return a * 1, h
 
 
-def test_a_detached_view_updated_later_is_refused_where_it_is_made() -> None:
-    with pytest.raises(AliasedUpdateError, match="`a` is a view of `h`") as info:
-        dycl_jax.to_jax(DetachedView().eval(), (_INPUTS[0],), host="dispatch")(_INPUTS[0])
-    loc = info.value.location
-    assert loc is not None and loc.file == __file__ and "a = h.detach()" in loc.code
+def test_a_detached_view_updated_later_converts_and_matches_torch() -> None:
+    """`.detach()` shares memory without a `_base`: the later program takes `a` made again from `h`."""
+    model = DetachedView().eval()
+    jm = dycl_jax.to_jax(model, (_INPUTS[0],), host="dispatch")
+    for x in _INPUTS:
+        assert_same(model(x.clone()), jm(x), f"{x.tolist()}")

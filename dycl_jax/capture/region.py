@@ -17,6 +17,7 @@ from dycl_jax.capture import int_inputs
 from dycl_jax.capture.ordered_dicts import keep_order
 from dycl_jax.capture.export import StateEntry, _eval_mode, _quiet_torch_logs, _state_entries, _strip, to_core_aten
 from dycl_jax.capture.train_mode import training
+from dycl_jax.capture.view_layout import make as make_view, view_layouts
 from dycl_jax.errors import CaptureError
 from dycl_jax.rewrite.minmax import python_builtins
 from dycl_jax.rewrite.modes import caller_tensors
@@ -68,14 +69,14 @@ class CapturedRegion:
     # train mode: the state paths of the buffers the region updates (the graph's first outputs)
     mutations: tuple[str, ...] = ()
     views: tuple[tuple[int, str, int], ...] = ()  # output leaves that are views (view_pairs)
+    view_maps: tuple = ()  # per view pair: its positions in the other leaf (capture/view_layout.py) or None
 
 
 class _CallWrapper(torch.nn.Module):
     """forward(*tensor leaves) = fn(*args) with the non-tensor leaves of args baked in."""
 
     def __init__(self, root: torch.nn.Module, fn: Callable, leaves: list[Any], tree: Any, sink: dict,
-                 callers: frozenset = frozenset(), same: tuple[tuple[int, int], ...] = (),
-                 dynamic: frozenset = frozenset()):
+                 callers: frozenset = frozenset(), same: tuple = (), dynamic: frozenset = frozenset()):
         super().__init__()
         self.m = root  # the model's state is lifted under `m.`, i.e. under its torch paths
         self._fn, self._leaves, self._tree, self._sink = fn, leaves, tree, sink
@@ -83,7 +84,16 @@ class _CallWrapper(torch.nn.Module):
         # graph inputs: the tensors and the Python ints exported as symbols, in leaf order
         self._index = sorted(set(self._tensors) | dynamic)
         self._callers = callers  # leaf indices holding the caller's own tensors
-        self._same = dict(same)  # leaf -> an earlier leaf that is the same tensor for the user's code
+        # leaf -> an earlier leaf that is the same tensor for the user's code
+        self._same = {p[0]: p[1] for p in same if len(p) == 2}
+        # leaf -> (the leaf it views, its layout): made a view of that leaf's copy, so an update of
+        # either reaches the other inside the program, as in torch (host/view_families.py)
+        self._views = {p[0]: (p[1], p[2]) for p in same if len(p) == 3}
+        self._checked = [i for i in self._tensors if i not in self._views]  # (a view shares its base's version)
+        # a base's update reaches its views in the program (their outputs are made from it); a
+        # base no name returns is dead with its views: the host's analysis passes every live
+        # name that may hold it through the update (dispatch_split._kept_by_update)
+        self._bases = {j for j, _ in self._views.values()}
 
     def forward(self, *inputs: Any) -> tuple[torch.Tensor, ...]:
         leaves = list(self._leaves)
@@ -94,16 +104,20 @@ class _CallWrapper(torch.nn.Module):
                 leaves[i] = t
             else:
                 leaves[i] = leaves[self._same[i]] if i in self._same else t.clone()
-        versions = [leaves[i]._version for i in self._tensors]
+        for i, (j, at) in self._views.items():
+            leaves[i] = make_view(leaves[j], at)
+        versions = [leaves[i]._version for i in self._checked]
         # a staged branch must not update them; Python's max/min, not export's torch.maximum
         with caller_tensors([leaves[i] for i in self._callers]), python_builtins():
             out = self._fn(*jax.tree_util.tree_unflatten(self._tree, leaves))
         flat, tree = jax.tree_util.tree_flatten(keep_order(out))  # dicts come back in their own key order
-        lost_update(self._leaves, [leaves[i] for i in self._tensors], versions, flat)
-        mutated = tuple(i for i, v in zip(self._tensors, versions) if leaves[i]._version != v)
+        lost_update(self._leaves, [leaves[i] if i not in self._bases else None for i in self._checked], versions,
+                    flat)
+        mutated = tuple(i for i, v in zip(self._checked, versions) if leaves[i]._version != v)
         # an input returned as it came (`y = x`) stays the caller's array: identity is how the
         # host tells the caller's tensors apart, and it saves a copy
-        kept = {id(leaves[i]): i for i in self._index if i not in mutated and i not in self._same}
+        kept = {id(leaves[i]): i for i in self._index if i not in mutated and i not in self._same
+                and i not in self._views}
         symbols = {s: i for i in self._index if (s := int_inputs.symbol_of(leaves[i])) is not None}
         slots: list[int | None] = []
         constants: list[Any] = []
@@ -144,8 +158,10 @@ class _CallWrapper(torch.nn.Module):
             else:
                 raise HostValueError(f"a {type(v).__name__} object, which is not a tensor or a Python constant",
                                      _output_of(out, k))
+        views = view_pairs(leaves, flat)
         self._sink.update(tree=tree, slots=slots, constants=constants, mutated=mutated, passed=passed,
-                          computed=computed, unresolved=unresolved, views=view_pairs(leaves, flat))
+                          computed=computed, unresolved=unresolved, views=views,
+                          view_maps=view_layouts(leaves, flat, views))
         return tuple(results)
 
 
@@ -157,17 +173,21 @@ def view_pairs(inputs: list[Any], outputs: list[Any],
     `root`: the tensor a tensor views where its storage does not say (a host statement's JAX
     results are copies); memory is compared by storage, as `.detach()` has no `_base`."""
     root = root or (lambda t: t)
-    seen: dict[Any, tuple[str, int, torch.Tensor]] = {}
-    for j, t in enumerate(inputs):
-        if isinstance(t, torch.Tensor):
-            seen.setdefault(_memory(root(t)), ("in", j, t))
+    # per memory, the tensor the others are named views of: a base (not itself a view) where
+    # one is there, else the first met (inputs first)
+    chosen: dict[Any, tuple[str, int, torch.Tensor]] = {}
+    for kind, leaves in (("in", inputs), ("out", outputs)):
+        for j, t in enumerate(leaves):
+            if isinstance(t, torch.Tensor):
+                memory = _memory(root(t))
+                if memory not in chosen or (_is_base(t) and not _is_base(chosen[memory][2])):
+                    chosen[memory] = (kind, j, t)
     pairs = []
     for k, t in enumerate(outputs):
-        if not isinstance(t, torch.Tensor):
-            continue
-        kind, j, other = seen.setdefault(_memory(root(t)), ("out", k, t))
-        if other is not t:  # (named by the view where one of two outputs is the base)
-            pairs.append((j, "out", k) if kind == "out" and _is_base(t) else (k, kind, j))
+        if isinstance(t, torch.Tensor):
+            kind, j, other = chosen[_memory(root(t))]
+            if other is not t:
+                pairs.append((k, kind, j))
     return tuple(pairs)
 
 
@@ -188,23 +208,24 @@ def _parts(v: Any) -> tuple:
     return (v.start, v.stop, v.step) if isinstance(v, slice) else tuple(v) if isinstance(v, torch.Size) else ()
 
 
-def lost_update(names: Any, inputs: list[torch.Tensor], versions: list[int], outputs: list[Any]) -> None:
+def lost_update(names: Any, inputs: list[torch.Tensor | None], versions: list[int], outputs: list[Any]) -> None:
     """Raise if an input tensor was updated in place but is not among the outputs: the caller
-    (the host, holding immutable arrays) would never see the update."""
+    (the host, holding immutable arrays) would never see the update. (None: an input not checked.)"""
     returned = {id(v) for v in outputs if isinstance(v, torch.Tensor)}
     for t, v in zip(inputs, versions):
-        if t._version != v and id(t) not in returned:
+        if t is not None and t._version != v and id(t) not in returned:
             raise HostValueError("an in-place update of a tensor the statement reads but does not rebind "
                                  f"({type(t).__name__}{list(t.shape)}); it would be lost")
 
 
 def capture_call(root: torch.nn.Module, fn: Callable, args: tuple, context: Callable[[], ContextManager],
-                 callers: frozenset = frozenset(), same: tuple[tuple[int, int], ...] = (),
+                 callers: frozenset = frozenset(), same: tuple = (),
                  dynamic: frozenset = frozenset(), dims: list[list[int]] | None = None,
                  leaf_view: Callable[[Any], Any] | None = None, train: bool = False) -> CapturedRegion:
     """Export `fn(*args)` (tensors in `args` are example inputs) and decompose it.
 
-    `same`: pairs (leaf, earlier leaf) of `args` that the user's code holds as one tensor.
+    `same`: pairs (leaf, earlier leaf) of `args` that the user's code holds as one tensor, and
+    triples (leaf, leaf, Layout): the first a view of the second (capture/view_layout.py).
     `dims`: per tensor input, the dimensions exported as `Dim.AUTO` (static shapes if None);
     with symbolic ints too, the graph's guards must read only the ints (else `ints.static`).
     `leaf_view`: mapped over `args` before flattening, so that its leaves are the caller's
@@ -244,5 +265,5 @@ def capture_call(root: torch.nn.Module, fn: Callable, args: tuple, context: Call
                       if s.kind == torch.export.graph_signature.OutputKind.BUFFER_MUTATION) if train else ()
     return CapturedRegion(ep, _state_entries(ep, train), sink["tree"], sink["slots"], sink["constants"],
                           time.perf_counter() - start, sink["mutated"], sink["passed"], tuple(wrapper._index), ints,
-                          mutations, sink["views"])
+                          mutations, sink["views"], sink["view_maps"])
 

@@ -25,7 +25,7 @@ from dycl_jax.emit.program import Program
 from dycl_jax.emit.writer import assemble, state_refs
 from dycl_jax.errors import DyclError, Location
 from dycl_jax.host import values
-from dycl_jax.host.dispatch import CARRIED, DIRECT, EAGER, Compiled, DispatchHost, Part
+from dycl_jax.host.dispatch import CARRIED, DIRECT, EAGER, Compiled, DispatchHost, Part, tracks_views
 from dycl_jax.rewrite.modes import exclusive
 from dycl_jax.rewrite.plan import Undefined
 from dycl_jax.source import origins
@@ -131,6 +131,9 @@ class HostedEmitter:
         return lines
 
     def part(self, rid: int, k: int, spec: Any, part: Part, fname: str) -> list[str]:
+        if tracks_views(part):
+            raise _refuse(spec, part, "makes a view of a tensor that a later region updates in place, which the "
+                                      "dispatch host rebuilds after the update and the emitted module does not yet")
         kinds = {type(e) if isinstance(e, Compiled) else e for e in part.cache.values()}
         on_host = EAGER in kinds or (spec.kind == "region" and part.host_reason is not None)
         if on_host and part.in_torch is not None:

@@ -34,6 +34,7 @@ from dycl_jax.host import jax_ops, reads, specialised, training, values
 from dycl_jax.host.carried import StandUsed, carry, only_moves
 from dycl_jax.host.attributes import DynamicAttributes
 from dycl_jax.host.module_state import ModuleState
+from dycl_jax.host.view_families import Families
 from dycl_jax.host.views import check_views_kept, user_locals
 from dycl_jax.capture.fingerprint import graph_fingerprint
 from dycl_jax.lower.int_ranges import int64_verdict, int_scope
@@ -119,7 +120,7 @@ def _passthrough(placeholders: list, used: list[int], n_state: int, gm: Any) -> 
 
 
 class _IslandFailed(Exception):
-    """An island did not stage: its host version runs from now on."""
+    """An island does not run staged: its host version runs (from now on, where its part records why)."""
 
 
 class _NewAttributes(Exception):
@@ -160,6 +161,8 @@ class Compiled:
     # the first of each fingerprint anyway); None for symbolic ints and train mode
     captured: Any = field(default=None, compare=False, repr=False)
     views: tuple[tuple[int, str, int], ...] = ()  # output leaves that are views of others (checked once)
+    view_maps: tuple = ()  # per view pair: the view's positions in the other (capture/view_layout.py)
+    tracked: tuple = ()  # the pairs the host registers per call (host/views.check_views_kept)
 
     def __post_init__(self) -> None:
         # the per-call gathers run in C (itemgetter): islands take every parameter they read
@@ -278,6 +281,10 @@ class Part:
     in_place: tuple[tuple[int, int], ...] = ()
     # outputs that hold an input's or another output's list or dict (regions.identities)
     same: tuple[tuple[int, bool, int], ...] = ()
+    # (input, output) positions of the names the part takes and gives without rebinding them:
+    # where one holds a view, the host rebuilds it after an update (host/view_families.py)
+    unbound: tuple[tuple[int, int], ...] = ()
+    reads: frozenset[str] = frozenset()  # the inputs its statements read (not only pass through)
     # it changes an input in place (`xs[k] = v`, `xs.append(v)`): where two of its inputs are one
     # list or dict, the host runs it, so the change reaches both names (a program takes two)
     changes: bool = False
@@ -321,6 +328,13 @@ def _kept(part: Part, vals: tuple, outs: tuple) -> tuple:
     return kept_identity(vals, outs, part.same) if part.same else outs
 
 
+def tracks_views(part: Part) -> bool:
+    """Whether a program of the part makes a view the host tracks per call (host/view_families.py):
+    an emitted or exported host, which does not, would miss a later update reaching it."""
+    entries = [*part.cache.values(), *(e for es in part.variants.values() for e in es)]
+    return any(type(e) is Compiled and e.tracked for e in entries)
+
+
 def _part(spec: RegionSpec, first: int, stop: int) -> Part:
     """Inputs: names read before written inside; outputs: names written that later statements
     of the region, or the code after it, read."""
@@ -336,7 +350,11 @@ def _part(spec: RegionSpec, first: int, stop: int) -> Part:
     in_place = tuple((ins.index(n), outs.index(n)) for n in outs if n in ins and n in spec.in_place)
     same = identities(sts[first:stop], ins, outs)
     changes = any(n in ins for st in sts[first:stop] for n in set(st.outs) - set(st.binds))
-    return Part(first, stop, tuple(ins), outs, appends=appends, in_place=in_place, same=same, changes=changes)
+    bound = {n for st in sts[first:stop] for n in st.binds}
+    unbound = tuple((ins.index(n), outs.index(n)) for n in outs if n in ins and n not in bound)
+    reads = frozenset(n for st in sts[first:stop] for n in st.ins if n not in st.passes)
+    return Part(first, stop, tuple(ins), outs, appends=appends, in_place=in_place, same=same, changes=changes,
+                unbound=unbound, reads=reads)
 
 
 class DispatchHost:
@@ -362,6 +380,7 @@ class DispatchHost:
         self.margin_programs: dict[str, Callable] = {}  # the same, also returning predicate margins
         self.captures = 0
         self.attrs = DynamicAttributes(root)
+        self.families = Families()  # which arrays of this forward are views of which
         self._state: Sequence[Any] = ()
         self._arg_ids: frozenset[int] = frozenset()  # the current call's argument arrays
         self._region_env: dict | None = None
@@ -392,6 +411,7 @@ class DispatchHost:
         if traced:
             self.alias_choices = []
         previous_ids, self._arg_ids = self._arg_ids, frozenset(id(leaves[i]) for i in self.tensor_index)
+        families, self.families = self.families, Families()
         mode = self.root.training
         if mode != self.train:  # the model runs as converted: eval mode, or train mode with train=True
             self.root.train(self.train)
@@ -408,6 +428,7 @@ class DispatchHost:
         finally:
             self._state, self._arg_ids = previous, previous_ids
             self.attrs.reset()
+            self.families = families
             if mode != self.train:
                 self.root.train(mode)
 
@@ -499,11 +520,9 @@ class DispatchHost:
         part = st.parts[0]
         if part.host_reason is not None:
             return NOT_STAGED
-        outs = self._compiled_call(part, vals, spec=spec, fns=(fn,))
-        if outs is not _MISSED:
-            return outs
         try:
-            return self._run_part(st, part, (fn,), vals)
+            outs = self._compiled_call(part, vals, spec=spec, fns=(fn,))
+            return outs if outs is not _MISSED else self._run_part(st, part, (fn,), vals)
         except (_IslandFailed, specialised.Deferred):
             return NOT_STAGED
 
@@ -537,13 +556,18 @@ class DispatchHost:
                 return _MISSED
             vals = emptied(part.ins, lists, vals)
         leaves, tree, key = values.call_key(vals, None, grad)
+        if self.families:
+            key = self.families.keyed(key, leaves)
         entry = part.cache.get(key)
         if entry is None and part.symbolic:
             entry = _variant(part, key, leaves, tree)
         if type(entry) is Compiled and (spec is not None or not entry.mutated):
             if entry.mutated:  # (an update of the caller's own tensor is refused, as on the full way)
                 self._check_arguments_kept(spec, part, leaves, entry.mutated)  # type: ignore[arg-type]
-            outs = entry.run(self._state, leaves)[0]
+            result = entry.run(self._state, leaves)
+            if entry.tracked or entry.mutated and self.families:
+                result = self._views_after(spec, part, entry, leaves, key, result)  # type: ignore[arg-type]
+            outs = result[0]
         elif spec is None or type(entry) is not str:
             return _MISSED
         elif entry == DIRECT:
@@ -586,6 +610,8 @@ class DispatchHost:
     def _run_part_once(self, st: RegionState, part: Part, fns: Sequence[Callable], vals: tuple) -> tuple:
         attrs = self.attrs.read() if self.attrs.slots else None
         leaves, tree, key = values.call_key(vals, attrs)
+        if self.families:
+            key = self.families.keyed(key, leaves)
         entry = part.cache.get(key)
         if entry is None and part.symbolic:
             entry = _variant(part, key, leaves, tree)
@@ -597,7 +623,10 @@ class DispatchHost:
         if isinstance(entry, Compiled):
             if entry.mutated:
                 self._check_arguments_kept(st.spec, part, leaves, entry.mutated)
-            outs, new_attrs = entry.run(self._state, leaves)
+            result = entry.run(self._state, leaves)
+            if entry.tracked or entry.mutated and self.families:
+                result = self._views_after(st.spec, part, entry, leaves, key, result)
+            outs, new_attrs = result
         elif entry == CARRIED:
             outs, new_attrs = carry(self._body(st.spec, part, fns), leaves, tree)
         elif entry == DIRECT:
@@ -612,6 +641,20 @@ class DispatchHost:
         if attrs is not None:
             self.attrs.write(new_attrs)
         return outs
+
+    def _views_after(self, spec: RegionSpec, part: Part, entry: Compiled, leaves: list, key: tuple,
+                     result: tuple) -> tuple:
+        """A program's (outputs, attributes), once it is checked that an update it made reached every
+        view it took (host/view_families.py), with the views it made registered."""
+        outs, attrs = result
+        if entry.mutated and self.families \
+                and not self.families.check(spec, part, leaves, entry.mutated, key[3], complete=spec.kind == "region"):
+            raise _IslandFailed()  # (this call only: its host version runs, its results are dropped)
+        if entry.tracked:
+            flat = leaves_in_order(outs)
+            for k, kind, j, layout in entry.tracked:
+                self.families.register(flat[k], leaves[j] if kind == "in" else flat[j], layout)
+        return outs, attrs
 
     @staticmethod
     def _admit(part: Part, key: Any) -> None:
@@ -696,6 +739,8 @@ class DispatchHost:
                 outs, new_attrs = self._body(spec, part, fns)(rejoined(vals, shared), attrs)
         changed = {id(t) for t, v in zip(inputs, versions) if t._version != v}
         mutated = tuple(i for i, t in enumerate(torch_leaves) if id(t) in changed)
+        if mutated and self.families:  # its torch copies share no memory with a view's other arrays
+            self.families.refuse_updates(spec, part.first, leaves, mutated)
         self._check_arguments_kept(spec, part, leaves, mutated)
         if mutated and spec.kind == "region":  # as for a compiled part: another name holding the array misses the update
             _check_aliases_kept(spec, part, jax.tree_util.tree_unflatten(tree, leaves)[0], leaves, mutated,
@@ -793,8 +838,11 @@ class DispatchHost:
         if entry.mutated and spec.kind == "region":
             _check_aliases_kept(spec, part, vals, leaves, entry.mutated, self._region_env or {})
         if entry.views:
-            check_views_kept(spec, part, vals, leaves, outs, entry.views, user_locals(self._region_env or {},
-                                                                                       (region, island)))
+            entry.tracked = check_views_kept(spec, part, vals, leaves, outs, entry.views,
+                                             user_locals(self._region_env or {}, (region, island)),
+                                             entry.view_maps, entry.mutated)
+        if entry.tracked or entry.mutated and self.families:
+            outs, new_attrs = self._views_after(spec, part, entry, leaves, key, (outs, new_attrs))
         if new_attrs is not None:
             self.attrs.write(new_attrs)
         return outs
@@ -941,7 +989,7 @@ class DispatchHost:
         return Compiled(fn, sources, list(cap.inputs), cap.out_tree, cap.slots, cap.constants, cap.mutated,
                         cap.passed if any(p is not None for p in cap.passed) else None,
                         not torch.is_grad_enabled(), wide, margins, ints.guard,
-                        ints.results, ints.leaves, views=cap.views)
+                        ints.results, ints.leaves, views=cap.views, view_maps=cap.view_maps)
 
     def _fall_back(self, st: RegionState, part: Part, fns: Sequence[Callable], vals: tuple, leaves: list,
                    tree: Any, key: Any, exc: BaseException) -> tuple:

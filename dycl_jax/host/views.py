@@ -1,12 +1,14 @@
-"""Refuses a part whose output is a view of a tensor another live name holds, where a later in-place update may reach one of them."""
+"""Finds the views a part makes of tensors other live names hold, where a later in-place update may reach one of them: tracked by the host, or refused."""
 from __future__ import annotations
 
 import sys
 from typing import Any, Callable, Sequence
 
 import jax
+import numpy as np
 
 from dycl_jax.capture.ordered_dicts import leaves_in_order
+from dycl_jax.capture.view_layout import Layout
 from dycl_jax.errors import AliasedUpdateError, Location, limitation
 from dycl_jax.rewrite.frames import visible_locals
 from dycl_jax.rewrite.regions import RegionSpec
@@ -25,13 +27,17 @@ def user_locals(env: dict, operators: Sequence[Callable]) -> dict:
 
 
 def check_views_kept(spec: RegionSpec, part: Any, vals: tuple, leaves: list, outs: tuple,
-                     views: tuple[tuple[int, str, int], ...], local: dict) -> None:
+                     views: tuple[tuple[int, str, int], ...], local: dict, maps: tuple = (),
+                     mutated: tuple[int, ...] = ()) -> tuple[Tracked, ...]:
     """`views` (capture/region.view_pairs): output leaf k shares memory with input or output leaf
-    j. Torch's update of one reaches the other; the host's arrays are separate. Refused where the
-    view and a name still holding the other are both read later and one of them may be updated
-    in place after this part (`RegionSpec.updated_later`, a later statement's `updates`)."""
+    j. Torch's update of one reaches the other; the host's arrays are separate. Where the view
+    and a name still holding the other are both read later and one of them may be updated in
+    place after this part (`RegionSpec.updated_later`, a later statement's `updates`), the pair
+    is returned for the host to track per call (host/view_families.py) if both are tensors under
+    names of their own and `maps` (capture/view_layout.py) gives the view's layout; else refused."""
     ins = [n for n, v in zip(part.ins, vals) for _ in leaves_in_order(v)]
     out_names = [n for n, v in zip(part.outs, outs) for _ in leaves_in_order(v)]
+    tracked: list[Tracked] = []
     later = None if spec.live_after is None else spec.live_after.union(*(st.ins for st in spec.statements[part.stop:]))
     live = (lambda n: not n.startswith("_dycl_")) if later is None else (lambda n: n in later)
     values = {**dict(zip(part.ins, vals)), **dict(zip(part.outs, outs))}
@@ -43,7 +49,7 @@ def check_views_kept(spec: RegionSpec, part: Any, vals: tuple, leaves: list, out
 
     def risky(n: str) -> bool:
         return any(later is None or n in later for later in updates[type(values.get(n)) in (list, tuple, dict)])
-    for k, kind, j in views:
+    for n, (k, kind, j) in enumerate(views):
         if k >= len(out_names) or (kind == "out" and j >= len(out_names)) or (kind == "in" and j >= len(ins)):
             continue  # a module attribute's value: not a name of the function
         view = out_names[k]
@@ -51,9 +57,19 @@ def check_views_kept(spec: RegionSpec, part: Any, vals: tuple, leaves: list, out
             holders = [out_names[j]]
         else:  # the caller's array of that input leaf, under the names the part does not rebind
             holders = [m for m, value in local.items() if value is leaves[j] and m not in part.outs]
+            # and the part's own name of it, where its output is that tensor: passed through (a
+            # region passes every name that may hold a tensor its statement updates) or updated
+            name = ins[j]
+            if name in part.outs and name not in holders \
+                    and (j in mutated or values.get(name) is leaves[j]):
+                holders.append(name)
+        pair = _trackable(part, vals, outs, k, kind, j, maps[n] if n < len(maps) else None, mutated)
         for base in holders:
             if base != view and not base.startswith("_dycl_") and live(view) and live(base) \
                     and (risky(view) or risky(base)):
+                if pair is not None:
+                    tracked.append(pair)
+                    break
                 st = next((s for s in reversed(spec.statements[part.first:part.stop]) if view in s.outs),
                           spec.statements[part.first])
                 raise AliasedUpdateError(
@@ -61,6 +77,44 @@ def check_views_kept(spec: RegionSpec, part: Any, vals: tuple, leaves: list, out
                     "both are read later and one of them may be updated in place; torch changes both, the "
                     "dispatch host holds them as separate arrays and would change only one",
                     location=Location(spec.file, st.line, st.code),
-                    fix=limitation(f"the dispatch host does not rebuild `{view}` from `{base}` after an update "
-                                   "made in another region", "dycl_jax/host/views.py, check_views_kept",
+                    fix=limitation(f"the dispatch host rebuilds a view after an update made in another region only "
+                                   f"where `{view}` and `{base}` are each a name's one tensor (not in a list, tuple "
+                                   "or dict) with shapes fixed per call", "dycl_jax/host/views.py, check_views_kept",
                                    'host="staged" keeps them one memory where the whole method stages'))
+    return tuple(tracked)
+
+
+# (view output leaf, "in" or "out", base leaf, the view's layout in the base's memory)
+Tracked = tuple[int, str, int, Layout]
+
+
+def _trackable(part: Any, vals: tuple, outs: tuple, k: int, kind: str, j: int, layout: Layout | None,
+               mutated: tuple[int, ...]) -> Tracked | None:
+    """The pair as the host registers it per call, or None: the view and its base must each be a
+    name's one tensor (a view inside a list is not rebuilt); a base input the part updates in
+    place is its output of the same name (the new array)."""
+    if layout is None:
+        return None
+    out_at = _single_leaves(part.outs, outs)
+    if k not in out_at.values():
+        return None
+    if kind == "in" and j in mutated:
+        name = _single_leaves(part.ins, vals)
+        holder = next((n for n, leaf in name.items() if leaf == j), None)
+        if holder is None or holder not in out_at:
+            return None
+        return k, "out", out_at[holder], layout
+    if kind == "in":
+        return (k, kind, j, layout) if j in _single_leaves(part.ins, vals).values() else None
+    return (k, kind, j, layout) if j in out_at.values() else None
+
+
+def _single_leaves(names: Sequence[str], values: tuple) -> dict[str, int]:
+    """name -> its leaf position, for the names whose value is one array."""
+    at, found = 0, {}
+    for n, v in zip(names, values):
+        count = len(leaves_in_order(v))
+        if isinstance(v, (jax.Array, np.ndarray)):
+            found[n] = at
+        at += count
+    return found

@@ -220,10 +220,12 @@ def _check_aliases(site: Site, frame: Any) -> None:
 
 
 def _alias_error(how: str, x: Any, t: torch.Tensor) -> type[AliasedUpdateError]:
-    """StagedAliasError where only identity is at stake (the same tensor, or a list holding it as
-    itself): Python control flow keeps it, so the construct may run on the dispatch host; a view
-    no host can keep (its arrays are separate), so that refusal is final."""
-    return StagedAliasError if how == "same" or (how == "element" and _holds_itself(x, t)) else AliasedUpdateError
+    """StagedAliasError where the dispatch host may keep it, so the construct may run there: the
+    same tensor, or a list holding it as itself (Python control flow keeps identity), or a view of
+    it (host/view_families.py rebuilds one from the other after a region's update); a list holding
+    a view no host keeps (its arrays are separate), so that refusal is final."""
+    return StagedAliasError if how in ("same", "view") or (how == "element" and _holds_itself(x, t)) \
+        else AliasedUpdateError
 
 
 def _holds_itself(x: Any, t: torch.Tensor) -> bool:

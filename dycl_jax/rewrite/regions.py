@@ -43,6 +43,8 @@ class StatementSpec:
     # view's base (host/views.py)
     updates: frozenset[str] | None = frozenset()
     deep_updates: frozenset[str] | None = frozenset()
+    # names it only passes through, as they may hold the tensor it updates (not read by it)
+    passes: tuple[str, ...] = ()
 
 
 def identities(statements: Sequence[StatementSpec], ins: Sequence[str],

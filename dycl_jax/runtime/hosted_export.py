@@ -22,7 +22,7 @@ from dycl_jax import __version__
 from dycl_jax.emit.host_ops import numpy_statement
 from dycl_jax.emit.host_program import SHAPE_READS, HostProgram, host_program, plain_statement
 from dycl_jax.errors import DyclError, ExportCoverageWarning, Location
-from dycl_jax.host.dispatch import CARRIED, DIRECT, EAGER, Compiled, DispatchHost, Part
+from dycl_jax.host.dispatch import CARRIED, DIRECT, EAGER, Compiled, DispatchHost, Part, tracks_views
 from dycl_jax.lower.decision_log import DecisionLog
 from dycl_jax.lower.dtypes import to_jax_dtype
 from dycl_jax.lower.int_ranges import int_scope
@@ -155,6 +155,12 @@ class _Writer:
             out["same"] = [list(p) for p in part.same]
         if part.in_place or part.changes:  # given one list under two names, the live host runs it in torch
             out["shared_on_host"] = True
+        if tracks_views(part):
+            raise DyclError(
+                f"{os.path.basename(spec.file)}:{first.line}: the {spec.label} makes a view of a tensor that a later "
+                "region updates in place; the dispatch host rebuilds the view after that update, an exported host "
+                "does not yet", location=where,
+                fix="keep this model in Python with torch (jm(...)); models that stage whole export with host=\"staged\"")
         kinds = set(type(e) if isinstance(e, Compiled) else e for e in part.cache.values())
         on_host = EAGER in kinds or (spec.kind == "region" and part.host_reason is not None)
         fname = self.program.region_fn[rid]

@@ -130,7 +130,8 @@ class _Splitter:
         # (statement, last line, names it updates in place) of each simple statement that updates one
         accessed = [(n, getattr(n, "end_lineno", n.lineno) or n.lineno, self._access(n)) for n in ast.walk(scope)
                     if isinstance(n, _SIMPLE)]
-        self.updates = [(n, line, acc.mutates) for n, line, acc in accessed if acc.mutates]
+        # (a list method changes the list, not a tensor the alias relation joins it with)
+        self.updates = [(n, line, m) for n, line, acc in accessed if (m := acc.mutates - _list_changed(n))]
         # the same, for the containers whose elements they update (`xs[0].add_(1)`, `Access.deep`)
         self.deep_updates = [(n, line, acc.deep) for n, line, acc in accessed if acc.deep]
         self.loops = 0  # host loops around the block being split: a later iteration may read a name again
@@ -507,8 +508,8 @@ class _Splitter:
             defs.append(locate(function(fn_name, ins, [*self._unbind(plain), s], outs), s))
             stmts.append(StatementSpec(fn_name, tuple(ins), tuple(outs), s.lineno, self.ctx.code(s.lineno),
                                        appended(s), tuple(sorted(rebound([s]) & set(outs))), copied(s),
-                                       read_form(s, self.torch_names), self._aliased(acc.mutates),
-                                       self._aliased(acc.deep)))
+                                       read_form(s, self.torch_names), self._aliased(acc.mutates - _list_changed(s)),
+                                       self._aliased(acc.deep), tuple(sorted(also - set(plain)))))
         elsewhere = {n for n, c in self.reads.items() if c > run_reads.get(n, 0)}
         # generated temps (tests, iterables, return values) are read by the host code after the region
         outs = sorted(n for n in defined if n in elsewhere or n in exposed or n in forced
@@ -525,6 +526,19 @@ class _Splitter:
                        tuple_of(list(exposed)))
         target: ast.stmt = ast.Assign(targets=[tuple_of(outs, store=True)], value=call) if outs else ast.Expr(call)
         return locate([*defs, target], run[0])
+
+
+_LIST_METHODS = frozenset({"append", "extend", "insert", "pop", "remove", "clear", "reverse", "sort"})
+
+
+def _list_changed(s: ast.stmt) -> set[str]:
+    """`xs` of `xs.append(v)` (a statement that is one list-method call): the list changes, no
+    tensor does (`xs.append(v.add_(1))` still updates `v`: only the receiver is left out)."""
+    call = s.value if isinstance(s, ast.Expr) else None
+    if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr in _LIST_METHODS \
+            and isinstance(call.func.value, ast.Name):
+        return {call.func.value.id}
+    return set()
 
 
 def _stage(island: ast.FunctionDef, ctx: Context) -> None:
