@@ -107,6 +107,7 @@ REGRESSION_INPUTS = {
     38277010: (0, 1),  # conversion failed (a data-dependent guard taken for our bug), whatever the input
     224670785: (0, 1),  # conversion failed (an unbacked size in a placeholder), whatever the input
     38277138: (0, 1),  # 0: the torch replay recorded a decision the staged island does not make
+    295209341: (0, 1),  # 0: the decisions of an island's dropped program were reported too
 }
 
 

@@ -45,8 +45,9 @@ from dycl_jax.rewrite.appends import (appended_lists, appending, emptied, extend
                                       rejoined, shared_containers)
 from dycl_jax.rewrite.modes import exclusive, staging
 from dycl_jax.lower.ops.control_flow import recording
-from dycl_jax.rewrite.regions import (EXECUTOR, NOT_STAGED, AliasChoice, RegionSpec, aliased_at_call, defined, executing,
-                                      identities, island, note_margin, record_compiled, recording_margins, region, run_statements)
+from dycl_jax.rewrite.regions import (EXECUTOR, NOT_STAGED, AliasChoice, RegionSpec, aliased_at_call, decisions_made, defined,
+                                      executing, forget_decisions, identities, island, note_margin, record_compiled,
+                                      recording_margins, region, run_statements)
 
 # True while a host statement runs in torch: a dispatch-rewritten method called from there
 # converts its tensor arguments to JAX and its results back.
@@ -520,10 +521,12 @@ class DispatchHost:
         part = st.parts[0]
         if part.host_reason is not None:
             return NOT_STAGED
+        made = decisions_made()
         try:
             outs = self._compiled_call(part, vals, spec=spec, fns=(fn,))
             return outs if outs is not _MISSED else self._run_part(st, part, (fn,), vals)
         except (_IslandFailed, specialised.Deferred):
+            forget_decisions(made)  # (a program that ran and was dropped: host/view_families.py)
             return NOT_STAGED
 
     def failed_islands(self) -> frozenset:
@@ -830,6 +833,18 @@ class DispatchHost:
             return self._fall_back(st, part, fns, vals, leaves, tree, key, failure)
         if any(map(values.live, leaves_in_order(outs))):  # the program would give the trace's one object on every call
             return self._live_values(st, part, fns, vals, leaves, tree, key, outs, part.outs, "makes")
+        if entry.views:
+            try:
+                entry.tracked = check_views_kept(spec, part, vals, leaves, outs, entry.views,
+                                                 user_locals(self._region_env or {}, (region, island)),
+                                                 entry.view_maps, entry.mutated)
+            except AliasedUpdateError:
+                if not entry.symbolic or None not in entry.view_maps:
+                    raise
+                # a view at a symbolic offset (`w = v[i]`) has no one layout: captured again
+                # with the ints constant, one program per value
+                part.static_ints[tree] = part.static_ints.get(tree, frozenset()) | frozenset(entry.symbolic)
+                return self._first_call(st, part, fns, vals, leaves, tree, key)
         if entry.symbolic:
             self._add_variant(part, tree, key, leaves, entry)
         else:
@@ -837,10 +852,6 @@ class DispatchHost:
         self._check_arguments_kept(spec, part, leaves, entry.mutated)
         if entry.mutated and spec.kind == "region":
             _check_aliases_kept(spec, part, vals, leaves, entry.mutated, self._region_env or {})
-        if entry.views:
-            entry.tracked = check_views_kept(spec, part, vals, leaves, outs, entry.views,
-                                             user_locals(self._region_env or {}, (region, island)),
-                                             entry.view_maps, entry.mutated)
         if entry.tracked or entry.mutated and self.families:
             outs, new_attrs = self._views_after(spec, part, entry, leaves, key, (outs, new_attrs))
         if new_attrs is not None:
