@@ -245,6 +245,20 @@ class TwoViewsOfADeadTensor(nn.Module):
         return b * 1.0, a
 
 
+class TwoViewsMadeInTwoPrograms(nn.Module):
+    """`b` is made from `t` after `a` was, in another program, where no name holds `t` after it:
+    `b` must join `a`'s family (it was answered wrong), and the update of `a` without `t` is refused."""
+
+    def forward(self, x):
+        t = x * 2.0
+        a = t[0]
+        k = int((x > 0).sum().item())
+        b = t[:, 0]
+        n = int((x > 1).sum().item())
+        a.add_(float(k))
+        return b * 1.0, a, n
+
+
 class ViewKeptInAList(nn.Module):
     """The view is held by a list when the base is updated by a later program."""
 
@@ -270,7 +284,8 @@ class ViewAppendedWhileTheBasePassesThrough(nn.Module):
         return saved[0] * 1.0, v, k
 
 
-@pytest.mark.parametrize("cls", [TwoViewsOfADeadTensor, ViewKeptInAList, ViewAppendedWhileTheBasePassesThrough])
+@pytest.mark.parametrize("cls", [TwoViewsOfADeadTensor, TwoViewsMadeInTwoPrograms, ViewKeptInAList,
+                                 ViewAppendedWhileTheBasePassesThrough])
 def test_a_view_the_host_cannot_make_again_is_refused_at_a_line_of_the_model(cls):
     x = torch.tensor([[1.0, -2.0, 3.0], [-1.0, 0.5, 2.0]])
     with pytest.raises(AliasedUpdateError) as info:

@@ -164,6 +164,7 @@ class Compiled:
     views: tuple[tuple[int, str, int], ...] = ()  # output leaves that are views of others (checked once)
     view_maps: tuple = ()  # per view pair: the view's positions in the other (capture/view_layout.py)
     tracked: tuple = ()  # the pairs the host registers per call (host/views.check_views_kept)
+    conditional: tuple = ()  # (input leaf, pair | None): registered (or refused) where that input is of a family
 
     def __post_init__(self) -> None:
         # the per-call gathers run in C (itemgetter): islands take every parameter they read
@@ -568,7 +569,7 @@ class DispatchHost:
             if entry.mutated:  # (an update of the caller's own tensor is refused, as on the full way)
                 self._check_arguments_kept(spec, part, leaves, entry.mutated)  # type: ignore[arg-type]
             result = entry.run(self._state, leaves)
-            if entry.tracked or entry.mutated and self.families:
+            if entry.tracked or self.families and (entry.mutated or entry.conditional):
                 result = self._views_after(spec, part, entry, leaves, key, result)  # type: ignore[arg-type]
             outs = result[0]
         elif spec is None or type(entry) is not str:
@@ -627,7 +628,7 @@ class DispatchHost:
             if entry.mutated:
                 self._check_arguments_kept(st.spec, part, leaves, entry.mutated)
             result = entry.run(self._state, leaves)
-            if entry.tracked or entry.mutated and self.families:
+            if entry.tracked or self.families and (entry.mutated or entry.conditional):
                 result = self._views_after(st.spec, part, entry, leaves, key, result)
             outs, new_attrs = result
         elif entry == CARRIED:
@@ -653,10 +654,15 @@ class DispatchHost:
         if entry.mutated and self.families \
                 and not self.families.check(spec, part, leaves, entry.mutated, key[3], complete=spec.kind == "region"):
             raise _IslandFailed()  # (this call only: its host version runs, its results are dropped)
-        if entry.tracked:
-            flat = leaves_in_order(outs)
-            for k, kind, j, layout in entry.tracked:
-                self.families.register(flat[k], leaves[j] if kind == "in" else flat[j], layout)
+        flat = leaves_in_order(outs) if entry.tracked or entry.conditional else []
+        for k, kind, j, layout in entry.tracked:
+            self.families.register(flat[k], leaves[j] if kind == "in" else flat[j], layout)
+        for j, pair in entry.conditional:
+            if self.families.member(leaves[j]) is not None:
+                if pair is None:
+                    self.families.refuse_view(spec, part.first)
+                k, kind, b, layout = pair
+                self.families.register(flat[k], leaves[b] if kind == "in" else flat[b], layout)
         return outs, attrs
 
     @staticmethod
@@ -750,7 +756,10 @@ class DispatchHost:
                                 self._region_env or {})
         views = view_pairs(torch_leaves, leaves_in_order((outs, new_attrs)), lambda t: roots.get(id(t), t))
         if views:
-            check_views_kept(spec, part, vals, leaves, outs, views, user_locals(self._region_env or {}, (region, island)))
+            _, conditional = check_views_kept(spec, part, vals, leaves, outs, views,
+                                              user_locals(self._region_env or {}, (region, island)))
+            if any(self.families.member(leaves[j]) is not None for j, _ in conditional):
+                self.families.refuse_view(spec, part.first)
         try:
             lost_update(None, inputs, versions, leaves_in_order((outs, new_attrs)))
         except HostValueError as exc:
@@ -835,9 +844,9 @@ class DispatchHost:
             return self._live_values(st, part, fns, vals, leaves, tree, key, outs, part.outs, "makes")
         if entry.views:
             try:
-                entry.tracked = check_views_kept(spec, part, vals, leaves, outs, entry.views,
-                                                 user_locals(self._region_env or {}, (region, island)),
-                                                 entry.view_maps, entry.mutated)
+                entry.tracked, entry.conditional = check_views_kept(
+                    spec, part, vals, leaves, outs, entry.views, user_locals(self._region_env or {}, (region, island)),
+                    entry.view_maps, entry.mutated)
             except AliasedUpdateError:
                 if not entry.symbolic or None not in entry.view_maps:
                     raise
@@ -852,7 +861,7 @@ class DispatchHost:
         self._check_arguments_kept(spec, part, leaves, entry.mutated)
         if entry.mutated and spec.kind == "region":
             _check_aliases_kept(spec, part, vals, leaves, entry.mutated, self._region_env or {})
-        if entry.tracked or entry.mutated and self.families:
+        if entry.tracked or self.families and (entry.mutated or entry.conditional):
             outs, new_attrs = self._views_after(spec, part, entry, leaves, key, (outs, new_attrs))
         if new_attrs is not None:
             self.attrs.write(new_attrs)

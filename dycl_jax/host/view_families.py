@@ -49,6 +49,8 @@ class Families:
             root, outer = found
             layout = None if outer is None or layout is None else \
                 layout._replace(offset=outer.offset + layout.offset, detached=outer.detached or layout.detached)
+        if layout is not None and not _inside(layout, int(root.size)):
+            layout = None  # (`a = t[0]; b = t[:, 0]`: b reaches past a, so a is no root for it)
         self._views[id(view)] = (view, root, layout)
         self._roots[id(root)] = root
 
@@ -93,11 +95,25 @@ class Families:
                             "tensor it views, or at a layout it cannot make again")
         return True
 
+    def refuse_view(self, spec: RegionSpec, first: int) -> None:
+        """A part made a view of a family's array that the host cannot track (in a list, tuple or
+        dict, or without a layout) while another array of the family is live."""
+        _refuse(spec, first, "the view made here cannot be made again from it (it is held in a list, tuple or "
+                "dict, or its layout is not fixed)")
+
     def refuse_updates(self, spec: RegionSpec, first: int, leaves: Sequence[Any], mutated: Sequence[int]) -> None:
         """A part run on the host updates its torch copies: refused where one is of a family."""
         for leaf in mutated:
             if self.member(leaves[leaf]) is not None:
                 _refuse(spec, first, "a statement run on the host updates one in place")
+
+
+def _inside(layout: Layout, n: int) -> bool:
+    """Whether every element of the view lies among the root's n elements (strides are >= 0)."""
+    if any(size == 0 for size in layout.size):
+        return True
+    last = layout.offset + sum((size - 1) * stride for size, stride in zip(layout.size, layout.stride))
+    return layout.offset >= 0 and last < n
 
 
 def _refuse(spec: RegionSpec, first: int, why: str) -> None:

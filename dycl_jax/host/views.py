@@ -28,16 +28,20 @@ def user_locals(env: dict, operators: Sequence[Callable]) -> dict:
 
 def check_views_kept(spec: RegionSpec, part: Any, vals: tuple, leaves: list, outs: tuple,
                      views: tuple[tuple[int, str, int], ...], local: dict, maps: tuple = (),
-                     mutated: tuple[int, ...] = ()) -> tuple[Tracked, ...]:
+                     mutated: tuple[int, ...] = ()) -> tuple[tuple[Tracked, ...], tuple[tuple[int, Tracked | None], ...]]:
     """`views` (capture/region.view_pairs): output leaf k shares memory with input or output leaf
     j. Torch's update of one reaches the other; the host's arrays are separate. Where the view
     and a name still holding the other are both read later and one of them may be updated in
     place after this part (`RegionSpec.updated_later`, a later statement's `updates`), the pair
     is returned for the host to track per call (host/view_families.py) if both are tensors under
-    names of their own and `maps` (capture/view_layout.py) gives the view's layout; else refused."""
+    names of their own and `maps` (capture/view_layout.py) gives the view's layout; else refused.
+    Second: (input leaf, pair or None) of the live views that may be updated whose base input no
+    live name holds, to be tracked (or refused, None) where that input is of a family at a call."""
     ins = [n for n, v in zip(part.ins, vals) for _ in leaves_in_order(v)]
     out_names = [n for n, v in zip(part.outs, outs) for _ in leaves_in_order(v)]
+    out_leaves = leaves_in_order(outs)
     tracked: list[Tracked] = []
+    conditional: list[tuple[int, Tracked | None]] = []
     later = None if spec.live_after is None else spec.live_after.union(*(st.ins for st in spec.statements[part.stop:]))
     live = (lambda n: not n.startswith("_dycl_")) if later is None else (lambda n: n in later)
     values = {**dict(zip(part.ins, vals)), **dict(zip(part.outs, outs))}
@@ -53,8 +57,8 @@ def check_views_kept(spec: RegionSpec, part: Any, vals: tuple, leaves: list, out
         if k >= len(out_names) or (kind == "out" and j >= len(out_names)) or (kind == "in" and j >= len(ins)):
             continue  # a module attribute's value: not a name of the function
         view = out_names[k]
-        if kind == "out":
-            holders = [out_names[j]]
+        if kind == "out":  # every output name of that tensor (`a = v` gives two)
+            holders = [out_names[i] for i, leaf in enumerate(out_leaves) if leaf is out_leaves[j]]
         else:  # the caller's array of that input leaf, under the names the part does not rebind
             holders = [m for m, value in local.items() if value is leaves[j] and m not in part.outs]
             # and the part's own name of it, where its output is that tensor: passed through (a
@@ -81,7 +85,13 @@ def check_views_kept(spec: RegionSpec, part: Any, vals: tuple, leaves: list, out
                                    f"where `{view}` and `{base}` are each a name's one tensor (not in a list, tuple "
                                    "or dict) with shapes fixed per call", "dycl_jax/host/views.py, check_views_kept",
                                    'host="staged" keeps them one memory where the whole method stages'))
-    return tuple(tracked)
+        else:
+            if kind == "in" and live(view) and risky(view) and not view.startswith("_dycl_"):
+                # no live name holds its base, but another view of that memory may be live
+                # (`a = t[0]` earlier, `b = t[:, 0]` here): the host tracks it, or refuses, where
+                # the base it took is of a family at the call (`Compiled.conditional`)
+                conditional.append((j, pair))
+    return tuple(tracked), tuple(conditional)
 
 
 # (view output leaf, "in" or "out", base leaf, the view's layout in the base's memory)
