@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 import dycl_jax
 from differential import assert_same
@@ -121,7 +122,8 @@ class ViewOfTheBaseItsProgramUpdates(nn.Module):
 
 class IslandUpdatesTheBase(nn.Module):
     """A construct staged whole inside the dispatch host (an island) updates `v` while `w`, its
-    transpose, is live: the island's call runs its host version, whose regions take both."""
+    transpose, is live: an island given an array of a view's family runs its host version, whose
+    regions take both (a staged construct's outputs are new arrays, outside the family)."""
 
     def forward(self, x):
         v = x * 0.5
@@ -305,3 +307,67 @@ def test_export_and_emit_refuse_a_model_whose_host_tracks_views(tmp_path):
         jm.export(str(tmp_path / "artifact"))
     with pytest.raises(DyclError, match="view"):
         jm.to_source()
+
+
+class KVDecoder(nn.Module):
+    """Greedy decoder with a preallocated cache; per-step writes go through views of one buffer."""
+    def __init__(self, d=8, vocab=12, max_len=6):
+        super().__init__()
+        self.emb = nn.Embedding(vocab, d); self.q = nn.Linear(d, d); self.k = nn.Linear(d, d); self.v = nn.Linear(d, d)
+        self.out = nn.Linear(d, vocab); self.max_len = max_len
+    def forward(self, src):
+        h = src.mean(0, keepdim=True)
+        cache = torch.zeros(2, self.max_len, h.shape[-1])
+        k_cache, v_cache = cache[0], cache[1]
+        tokens = []
+        for t in range(self.max_len):
+            k_cache[t] = self.k(h)[0]
+            v_cache[t] = self.v(h)[0]
+            att = F.softmax(self.q(h) @ k_cache[: t + 1].T, dim=-1)
+            h = h + att @ v_cache[: t + 1]
+            tok = self.out(h).argmax(-1)
+            tokens.append(int(tok.item()))
+            if tokens[-1] == 0:
+                break
+            h = h + self.emb(tok)
+        return cache, torch.tensor(tokens)
+
+class ExitWithLogitView(nn.Module):
+    """Early exit where each head writes into slices of one preallocated logits buffer."""
+    def __init__(self, d=6, n=3, c=4):
+        super().__init__()
+        self.blocks = nn.ModuleList(nn.Linear(d, d) for _ in range(n)); self.heads = nn.ModuleList(nn.Linear(d, c) for _ in range(n))
+        self.c = c
+    def forward(self, x):
+        logits = torch.zeros(len(self.blocks), x.shape[0], self.c)
+        last = logits[-1]
+        for i, (blk, head) in enumerate(zip(self.blocks, self.heads)):
+            x = torch.relu(blk(x))
+            out = logits[i]
+            out.copy_(head(x))
+            conf = F.softmax(out, -1).max().item()
+            if conf > 0.6:
+                last.copy_(out)
+                break
+        return logits, last * 1.0
+
+
+@pytest.mark.parametrize("cls,shape", [(KVDecoder, (3, 8)), (ExitWithLogitView, (2, 6))])
+def test_research_style_buffers_written_through_views_match_torch(cls, shape):
+    """A preallocated KV cache written through `cache[0]`, `cache[1]` per decode step, and
+    exit heads writing slices of one logits buffer: each step's program takes the view made
+    again from the buffer, so the buffer returned holds every write."""
+    torch.manual_seed(3)
+    model = cls().eval()
+    g = torch.Generator().manual_seed(7)
+    xs = [torch.randn(*shape, generator=g) * s for s in (0.2, 1.0, 3.0) for _ in range(4)]
+    jm = dycl_jax.to_jax(model, (xs[0],))
+    assert jm.host == "dispatch"
+    lengths = set()
+    for k, x in enumerate(xs):
+        with torch.no_grad():
+            want = model(x.clone())
+        got = jm(x.numpy())
+        assert_same(want, got, f"{cls.__name__} input {k}")
+        lengths.add(tuple(getattr(o, "shape", ()) for o in got) + (str(got[-1]),))
+    assert len(lengths) > 1, f"{cls.__name__}: one outcome only"

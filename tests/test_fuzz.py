@@ -108,6 +108,8 @@ REGRESSION_INPUTS = {
     224670785: (0, 1),  # conversion failed (an unbacked size in a placeholder), whatever the input
     38277138: (0, 1),  # 0: the torch replay recorded a decision the staged island does not make
     295209341: (0, 1),  # 0: the decisions of an island's dropped program were reported too
+    231924048: (0, 1),  # 0 failed (`w` missed `a[0, 1] = ...`: a piece of a split part did not see `a`)
+    231924075: (0, 7),  # 7 failed (an island's output `a` left `w`'s family)
     231923964: (0, 1),  # 0 failed (`w` missed `a.add_(h)` through `v`)
 }
 

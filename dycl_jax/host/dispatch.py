@@ -10,6 +10,7 @@ falling back never changes a result, only where it is computed.
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import contextvars
 import functools
@@ -17,7 +18,7 @@ import operator
 import os
 import types
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -45,9 +46,8 @@ from dycl_jax.rewrite.appends import (appended_lists, appending, emptied, extend
                                       rejoined, shared_containers)
 from dycl_jax.rewrite.modes import exclusive, staging
 from dycl_jax.lower.ops.control_flow import recording
-from dycl_jax.rewrite.regions import (EXECUTOR, NOT_STAGED, AliasChoice, RegionSpec, aliased_at_call, decisions_made, defined,
-                                      executing, forget_decisions, identities, island, note_margin, record_compiled,
-                                      recording_margins, region, run_statements)
+from dycl_jax.rewrite.regions import (EXECUTOR, NOT_STAGED, AliasChoice, RegionSpec, aliased_at_call, defined, executing,
+                                      identities, island, note_margin, record_compiled, recording_margins, region, run_statements)
 
 # True while a host statement runs in torch: a dispatch-rewritten method called from there
 # converts its tensor arguments to JAX and its results back.
@@ -121,7 +121,7 @@ def _passthrough(placeholders: list, used: list[int], n_state: int, gm: Any) -> 
 
 
 class _IslandFailed(Exception):
-    """An island does not run staged: its host version runs (from now on, where its part records why)."""
+    """An island did not stage: its host version runs from now on."""
 
 
 class _NewAttributes(Exception):
@@ -212,7 +212,7 @@ class Compiled:
 
 
 def _check_aliases_kept(spec: RegionSpec, part: "Part", vals: tuple, leaves: list, mutated: tuple[int, ...],
-                        env: dict) -> None:
+                        env: Mapping) -> None:
     """Refuse a region that updates an array in place which another of the user's names also
     holds: torch changes both; the region gives a new value only to the names it outputs.
     (Checked when the region is captured, from the frame of the user's function and the names
@@ -385,7 +385,8 @@ class DispatchHost:
         self.families = Families()  # which arrays of this forward are views of which
         self._state: Sequence[Any] = ()
         self._arg_ids: frozenset[int] = frozenset()  # the current call's argument arrays
-        self._region_env: dict | None = None
+        self._region_env: Mapping | None = None
+        self._region_st: RegionState | None = None  # the region whose names _region_env holds
         # train mode (host/training.py): regions on batch statistics, writing their buffer updates
         # into the state; a buffer or parameter registered under two names is one state entry
         self.train = train
@@ -516,18 +517,22 @@ class DispatchHost:
         its names are one array at this call, or its int values are new (host/specialised.py)."""
         if (spec.aliased or spec.in_place) and aliased_at_call(spec, vals):
             return NOT_STAGED
+        if self.families and any(self.families.member(v) is not None for v in leaves_in_order(vals)):
+            # a staged construct's outputs are new arrays: one that stays a view's root or a view
+            # on its path would leave the view's family (host/view_families.py); its regions keep it
+            return NOT_STAGED
         st = self.regions.get(id(spec))
         if st is None:
             st = self.regions[id(spec)] = RegionState(spec, [_part(spec, 0, 1)])
         part = st.parts[0]
         if part.host_reason is not None:
             return NOT_STAGED
-        made = decisions_made()
+        outs = self._compiled_call(part, vals, spec=spec, fns=(fn,))
+        if outs is not _MISSED:
+            return outs
         try:
-            outs = self._compiled_call(part, vals, spec=spec, fns=(fn,))
-            return outs if outs is not _MISSED else self._run_part(st, part, (fn,), vals)
+            return self._run_part(st, part, (fn,), vals)
         except (_IslandFailed, specialised.Deferred):
-            forget_decisions(made)  # (a program that ran and was dropped: host/view_families.py)
             return NOT_STAGED
 
     def failed_islands(self) -> frozenset:
@@ -536,13 +541,17 @@ class DispatchHost:
                          if st.spec.kind == "island" and st.parts[0].host_reason is not None)
 
     def _run_parts(self, st: RegionState, parts: list[Part], fns: Sequence[Callable], env: dict) -> None:
-        outer, self._region_env = self._region_env, env  # names of the split region so far (alias check)
+        # names of the split region so far (alias and view checks); a piece of a part split again
+        # sees the names the earlier parts of its region computed too
+        outer, outer_st = self._region_env, self._region_st
+        self._region_env = collections.ChainMap(env, outer) if outer is not None and outer_st is st else env
+        self._region_st = st
         try:
             for part in parts:
                 outs = self._run_part(st, part, fns, tuple(env[n] for n in part.ins))
                 env.update(zip(part.outs, outs))
         finally:
-            self._region_env = outer
+            self._region_env, self._region_st = outer, outer_st
 
     def _compiled_call(self, part: Part, vals: tuple, grad: bool | None = None,
                        spec: RegionSpec | None = None, fns: Sequence[Callable] = ()) -> Any:
@@ -651,9 +660,8 @@ class DispatchHost:
         """A program's (outputs, attributes), once it is checked that an update it made reached every
         view it took (host/view_families.py), with the views it made registered."""
         outs, attrs = result
-        if entry.mutated and self.families \
-                and not self.families.check(spec, part, leaves, entry.mutated, key[3], complete=spec.kind == "region"):
-            raise _IslandFailed()  # (this call only: its host version runs, its results are dropped)
+        if entry.mutated and self.families:
+            self.families.check(spec, part, leaves, entry.mutated, key[3])
         flat = leaves_in_order(outs) if entry.tracked or entry.conditional else []
         for k, kind, j, layout in entry.tracked:
             self.families.register(flat[k], leaves[j] if kind == "in" else flat[j], layout)

@@ -73,27 +73,22 @@ class Families:
         tree, keys, grad, same = key
         return tree, keys, grad, same + tuple(related)
 
-    def check(self, spec: RegionSpec, part: Any, leaves: Sequence[Any], mutated: Sequence[int], same: tuple,
-              complete: bool = True) -> bool:
+    def check(self, spec: RegionSpec, part: Any, leaves: Sequence[Any], mutated: Sequence[int], same: tuple) -> None:
         """Refuse a program that updated an array of a family while it took another array of
         that family without the relation (its root was not among its inputs, or the layout is
-        not one the capture can make). False where `complete` is false and it updated one: a
-        staged island's construct need not take every live name that may hold the tensor, so
-        its host version runs instead (its regions do)."""
+        not one the capture can make). (A staged island given an array of a family runs its host
+        version instead: DispatchHost._island.)"""
         related = {p[0] for p in same} | {p[1] for p in same}
         for leaf in mutated:
             found = self.member(leaves[leaf])
             if found is None:
                 continue
             root = found[0]
-            if not complete:
-                return False
             for i, v in enumerate(leaves):
                 other = self.member(v) if v is not leaves[leaf] else None
                 if other is not None and other[0] is root and i not in related:
                     _refuse(spec, part.first, "the program that updates one takes the other without the "
                             "tensor it views, or at a layout it cannot make again")
-        return True
 
     def refuse_view(self, spec: RegionSpec, first: int) -> None:
         """A part made a view of a family's array that the host cannot track (in a list, tuple or

@@ -280,18 +280,6 @@ def record_compiled(site: str, value: Any, margin: float) -> None:
         _Log.decisions.append(Decision(site, value, margin))
 
 
-def decisions_made() -> int:
-    """How many decisions the list being recorded holds (0 where none is)."""
-    return len(_Log.decisions) if _Log.decisions is not None else 0
-
-
-def forget_decisions(count: int) -> None:
-    """Drop the decisions recorded after the first `count`: a program whose results the host
-    dropped made them (its host version runs instead and records its own)."""
-    if _Log.decisions is not None:
-        del _Log.decisions[count:]
-
-
 def note_margin(value: Any, margin: float) -> None:
     """While recording decisions: `value` (a predicate a region computed) is `margin` from flipping.
     (Keyed by identity: the value is kept alive with it, so its id is not reused meanwhile.)"""

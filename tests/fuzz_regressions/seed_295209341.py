@@ -1,8 +1,7 @@
 # Found by scripts/fuzz.py (seed 295209341, dispatch host), refused until views were kept across
-# programs: an island (a construct staged whole) updates `a`, a tensor whose view `w` is live;
-# its call runs the host version instead (host/view_families.py), and the decisions the dropped
-# program recorded for jm.trace were reported twice until they were dropped with it
-# (rewrite/regions.forget_decisions).
+# programs: an island (a construct staged whole) updates `a`, a tensor whose view `w` is live.
+# An island given an array of a view's family runs its host version (DispatchHost._island); a
+# first version ran the island's program, dropped its results and reported its decisions twice.
 import torch
 import torch.nn as nn
 
