@@ -110,6 +110,7 @@ REGRESSION_INPUTS = {
     295209341: (0, 1),  # 0: the decisions of an island's dropped program were reported too
     231924048: (0, 1),  # 0 failed (`w` missed `a[0, 1] = ...`: a piece of a split part did not see `a`)
     231924075: (0, 7),  # 7 failed (an island's output `a` left `w`'s family)
+    955569850: (0, 2),  # 2 failed (`w` registered on the rebound `v`)
     231923964: (0, 1),  # 0 failed (`w` missed `a.add_(h)` through `v`)
 }
 

@@ -109,9 +109,16 @@ def _trackable(part: Any, vals: tuple, outs: tuple, k: int, kind: str, j: int, l
     if k not in out_at.values():
         return None
     if kind == "in" and j in mutated:
-        name = _single_leaves(part.ins, vals)
-        holder = next((n for n, leaf in name.items() if leaf == j), None)
-        if holder is None or holder not in out_at:
+        # the updated tensor is the output of a name that held it and that the part does not
+        # rebind (`v = f(v); a.add_(1)` with `a` the old `v`: `a`'s output, not `v`'s)
+        ins_at = _single_leaves(part.ins, vals)
+        base = next((n for n, leaf in ins_at.items() if leaf == j), None)
+        if base is None:
+            return None
+        array = vals[part.ins.index(base)]
+        kept = {part.ins[i] for i, _ in part.unbound}
+        holder = next((n for n in ins_at if n in kept and n in out_at and vals[part.ins.index(n)] is array), None)
+        if holder is None:
             return None
         return k, "out", out_at[holder], layout
     if kind == "in":
