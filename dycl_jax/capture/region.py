@@ -69,7 +69,7 @@ class CapturedRegion:
     # train mode: the state paths of the buffers the region updates (the graph's first outputs)
     mutations: tuple[str, ...] = ()
     views: tuple[tuple[int, str, int], ...] = ()  # output leaves that are views (view_pairs)
-    view_maps: tuple = ()  # per view pair: its positions in the other leaf (capture/view_layout.py) or None
+    view_maps: tuple = ()  # per view pair: its Layout in the other leaf (capture/view_layout.py) or None
 
 
 class _CallWrapper(torch.nn.Module):

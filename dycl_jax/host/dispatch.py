@@ -162,7 +162,7 @@ class Compiled:
     # the first of each fingerprint anyway); None for symbolic ints and train mode
     captured: Any = field(default=None, compare=False, repr=False)
     views: tuple[tuple[int, str, int], ...] = ()  # output leaves that are views of others (checked once)
-    view_maps: tuple = ()  # per view pair: the view's positions in the other (capture/view_layout.py)
+    view_maps: tuple = ()  # per view pair: the view's Layout in the other, or None (capture/view_layout.py)
     tracked: tuple = ()  # the pairs the host registers per call (host/views.check_views_kept)
     conditional: tuple = ()  # (input leaf, pair | None): registered (or refused) where that input is of a family
 

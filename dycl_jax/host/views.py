@@ -4,12 +4,11 @@ from __future__ import annotations
 import sys
 from typing import Any, Callable, Sequence
 
-import jax
-import numpy as np
 
 from dycl_jax.capture.ordered_dicts import leaves_in_order
 from dycl_jax.capture.view_layout import Layout
 from dycl_jax.errors import AliasedUpdateError, Location, limitation
+from dycl_jax.host.values import ARRAYS
 from dycl_jax.rewrite.frames import visible_locals
 from dycl_jax.rewrite.regions import RegionSpec
 
@@ -131,7 +130,7 @@ def _single_leaves(names: Sequence[str], values: tuple) -> dict[str, int]:
     at, found = 0, {}
     for n, v in zip(names, values):
         count = len(leaves_in_order(v))
-        if isinstance(v, (jax.Array, np.ndarray)):
+        if isinstance(v, ARRAYS):
             found[n] = at
         at += count
     return found
