@@ -531,11 +531,41 @@ def minimise_seed(seed: int, folder: Path, extended: bool = True, max_checks: in
     failed = re.match(r"(?:jm\.\w+, )?input (\d+)", first.detail)
     only = (0, int(failed.group(1))) if failed else None  # the conversion takes input 0 either way
     kind = bug_kind(first)
+    # candidates go to a folder of their own: the seed's file in `folder` keeps its program
+    trials = folder / "minimising"
+    trials.mkdir(exist_ok=True)
 
     def fails(src: str) -> bool:
-        out = check(seed, folder, source=src, only=only, extended=extended)
+        try:
+            with _time_bound(CANDIDATE_SECONDS):
+                out = check(seed, trials, source=src, only=only, extended=extended)
+        except _OutOfTime:  # a cut that leaves a loop without its exit runs forever: not the bug
+            return False
         return out.kind == "bug" and bug_kind(out) == kind
     return first, minimise(source if source is not None else program(seed, extended), fails, max_checks)
+
+
+CANDIDATE_SECONDS = 120  # one candidate's check (a conversion and every input) takes seconds
+
+
+class _OutOfTime(BaseException):
+    """A candidate ran past its time (a BaseException: `check`'s own handlers let it through)."""
+
+
+@contextlib.contextmanager
+def _time_bound(seconds: float):
+    """Raise _OutOfTime in the block once `seconds` have passed (main thread; the Python between
+    torch's and JAX's calls sees the signal)."""
+    def expired(_signum: int, _frame: Any) -> None:
+        raise _OutOfTime
+
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 def summary(results: list[Outcome]) -> str:

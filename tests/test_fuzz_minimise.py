@@ -76,6 +76,8 @@ def test_a_real_oracle_keeps_the_bug_and_its_kind(tmp_path, monkeypatch) -> None
     monkeypatch.setitem(table, addmm, lambda *args, **kwargs: 0.9 * right(*args, **kwargs))
     first, small = fuzz.minimise_seed(BUG_SEED, tmp_path, extended=True, max_checks=250)  # ~50 checks, ~13 s
     assert first.kind == "bug" and fuzz.bug_kind(first) == "mismatch", first
+    # the candidates ran in a folder of their own: the seed's file still holds the seed's program
+    assert (tmp_path / f"fuzz_{BUG_SEED}.py").read_text() == fuzz.program(BUG_SEED, True)
     assert small is not None and fuzz.check(BUG_SEED, tmp_path, source=small.source, extended=True).kind == "bug"
     assert "self.l0(" in small.source
     # 30 statements -> the 9 the return's values and the Linear need: nothing of the branches
@@ -95,3 +97,18 @@ def test_a_candidate_python_refuses_is_never_kept() -> None:
     small = minimise(source, lambda text: "break" in text, max_checks=100)
     compile(small.source, "<minimised>", "exec")  # a SyntaxError here: the invalid candidate was kept
     assert "break" in small.source and "for i in range(2)" in small.source, small.source
+
+
+def test_a_candidate_that_never_ends_is_stopped(tmp_path) -> None:
+    """A cut can leave a loop without the statement that ended it: the candidate's check stops at
+    its time bound (the minimiser then counts it as not failing) instead of running forever."""
+    import time
+
+    import pytest
+
+    tree = ast.parse(fuzz.program(SEED, extended=True))
+    _forward(tree).body.insert(0, ast.parse("while True:\n    torch.zeros(1)").body[0])
+    start = time.monotonic()
+    with pytest.raises(fuzz._OutOfTime), fuzz._time_bound(1.0):
+        fuzz.check(SEED, tmp_path, source=ast.unparse(tree), extended=True)
+    assert time.monotonic() - start < 30
