@@ -16,6 +16,7 @@ from flax import nnx
 from torch.nn.modules.batchnorm import _BatchNorm
 
 import dycl_jax.lower.ops  # noqa: F401  (registers every lowering)
+from dycl_jax.capture.carried_state import check_no_carried_state
 from dycl_jax.capture.export import StateEntry, TensorSpec, _leaf_names, capture
 from dycl_jax.errors import (AliasedUpdateError, DyclError, InputMutationError, PathMismatchError, StagedAliasError,
                              UnsupportedOpError, exception_chain, provoked_by_us)
@@ -100,6 +101,7 @@ def to_jax(
         jm = _training(model, args, method, host, dynamic_batch, max_len, rngs, step)
         jm.source = model_source(model, method)
         return jm
+    check_no_carried_state(model, args, method)  # attributes kept across calls: no host keeps them
     reason = where = None
     start = time.perf_counter()
     if host != "dispatch":

@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 import dycl_jax
+from dycl_jax.host import whole
 from dycl_jax.host.dispatch import _MISSED, DispatchHost
 from dycl_jax.rewrite.api import run_torch_trace
 from differential import assert_same
@@ -79,17 +80,28 @@ def _host(jm) -> DispatchHost:
     return host
 
 
-def _count_direct(jm, monkeypatch) -> list[int]:
-    """[calls the host answered directly, calls that took the full way] from now on."""
+def _count_direct(jm, monkeypatch, quick: list[int] | None = None) -> list[int]:
+    """[calls the host answered directly, calls that took the full way] from now on. Direct: by
+    the program a signature compiled, called straight from the tensors (host/whole.py; counted in
+    `quick` too), or on `_direct`'s way."""
     host = _host(jm)
     seen = [0, 0]
-    direct = host._direct
+    quick = [0] if quick is None else quick
+    direct, quick_call = host._direct, host._quick.call
 
-    def counted(args):
-        out = direct(args)
+    def counted(args, tensors):
+        out = direct(args, tensors)
         seen[out is _MISSED] += 1
         return out
+
+    def counted_quick(*args):
+        out = quick_call(*args)
+        if out is not whole.MISSED:
+            seen[0] += 1
+            quick[0] += 1
+        return out
     monkeypatch.setattr(host, "_direct", counted)
+    monkeypatch.setattr(host._quick, "call", counted_quick)
     return seen
 
 
@@ -109,15 +121,22 @@ def test_whole_body_island_is_called_directly_with_torch_results(monkeypatch):
     model = ListExit().eval()
     xs = _inputs(24)
     jm = dycl_jax.to_jax(model, (xs[0],), host="dispatch")
-    seen = _count_direct(jm, monkeypatch)
+    quick = [0]
+    seen = _count_direct(jm, monkeypatch, quick)
     exits = _compare(model, jm, [(x,) for x in xs], lambda want: want[1])
     assert exits == {0, 1, 2, 3}, exits  # every exit, the fallback included
     assert seen == [len(xs), 0], seen  # compiled at conversion: every call direct
+    assert quick == [len(xs) - 1], quick  # the first on `_direct`'s way, which learns the quick one
     # a new batch size compiles on the full way, then goes direct too
     for k, x in enumerate(_inputs(3, batch=2)):
         with torch.no_grad():
             assert_same(model(x), jm(x.numpy()), f"batch 2 input {k}")
     assert seen == [len(xs) + 2, 1], seen
+    # torch tensors: the same way (the call's signature hands them to the host as numpy)
+    with torch.no_grad():
+        for k, x in enumerate(xs[:4]):
+            assert_same(model(x), jm(x), f"torch input {k}")
+    assert quick == [len(xs) - 1 + 1 + 4], quick
 
 
 def test_a_traced_call_takes_the_full_way_and_records_decisions(monkeypatch):
@@ -189,3 +208,4 @@ def test_no_direct_call_where_parameters_are_not_all_positional(cls):
     with torch.no_grad():
         for k, x in enumerate(xs):
             assert_same(model(x), jm(x.numpy()), f"input {k}")
+

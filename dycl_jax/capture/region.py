@@ -69,7 +69,7 @@ class CapturedRegion:
     # train mode: the state paths of the buffers the region updates (the graph's first outputs)
     mutations: tuple[str, ...] = ()
     views: tuple[tuple[int, str, int], ...] = ()  # output leaves that are views (view_pairs)
-    view_maps: tuple = ()  # per view pair: its Layout in the other leaf (capture/view_layout.py) or None
+    view_layouts: tuple = ()  # per view pair: its Layout in the other leaf (capture/view_layout.py) or None
 
 
 class _CallWrapper(torch.nn.Module):
@@ -161,7 +161,7 @@ class _CallWrapper(torch.nn.Module):
         views = view_pairs(leaves, flat)
         self._sink.update(tree=tree, slots=slots, constants=constants, mutated=mutated, passed=passed,
                           computed=computed, unresolved=unresolved, views=views,
-                          view_maps=view_layouts(leaves, flat, views))
+                          view_layouts=view_layouts(leaves, flat, views))
         return tuple(results)
 
 
@@ -265,5 +265,5 @@ def capture_call(root: torch.nn.Module, fn: Callable, args: tuple, context: Call
                       if s.kind == torch.export.graph_signature.OutputKind.BUFFER_MUTATION) if train else ()
     return CapturedRegion(ep, _state_entries(ep, train), sink["tree"], sink["slots"], sink["constants"],
                           time.perf_counter() - start, sink["mutated"], sink["passed"], tuple(wrapper._index), ints,
-                          mutations, sink["views"], sink["view_maps"])
+                          mutations, sink["views"], sink["view_layouts"])
 

@@ -31,7 +31,7 @@ from dycl_jax.capture.ordered_dicts import leaves_in_order
 from dycl_jax.capture.region import HostValueError, capture_call, lost_update, view_pairs
 from dycl_jax.errors import (AliasedUpdateError, CallError, DyclError, InputMutationError, Location,
                              StagedAliasError, limitation, raised_by_us)
-from dycl_jax.host import jax_ops, reads, specialised, training, values
+from dycl_jax.host import jax_ops, reads, specialised, training, values, whole
 from dycl_jax.host.carried import StandUsed, carry, only_moves
 from dycl_jax.host.attributes import DynamicAttributes
 from dycl_jax.host.module_state import ModuleState
@@ -162,7 +162,7 @@ class Compiled:
     # the first of each fingerprint anyway); None for symbolic ints and train mode
     captured: Any = field(default=None, compare=False, repr=False)
     views: tuple[tuple[int, str, int], ...] = ()  # output leaves that are views of others (checked once)
-    view_maps: tuple = ()  # per view pair: the view's Layout in the other, or None (capture/view_layout.py)
+    view_layouts: tuple = ()  # per view pair: the view's Layout in the other, or None (capture/view_layout.py)
     tracked: tuple = ()  # the pairs the host registers per call (host/views.check_views_kept)
     conditional: tuple = ()  # (input leaf, pair | None): registered (or refused) where that input is of a family
 
@@ -373,6 +373,7 @@ class DispatchHost:
         self._flat_args = in_spec == pytree.tree_structure(tuple(range(len(arg_leaves))))
         self.bindings = [DispatchPlan.bind(t, self._entry(fn)) for t, fn in plan.dispatch]
         self._whole = self._whole_island(plan)
+        self._quick = whole.WholeIsland()  # per signature, the whole-body island's program alone
         self.regions: dict[int, RegionState] = {}
         self.executables: dict[str, Callable] = {}  # graph fingerprint -> shared jitted program
         self.graphs: dict[str, LoweredGraph] = {}  # graph fingerprint -> its lowered graph (for the report)
@@ -403,6 +404,11 @@ class DispatchHost:
 
     @exclusive  # regions are captured on first use, under torch.export's and the rewrite's global modes
     def __call__(self, state: Sequence[Any], tensors: Sequence[Any]) -> Any:
+        if self._quick.ways and self._keys is None and self.root.training == self.train \
+                and not self.attrs.slots and not recording_margins():
+            outs = self._quick.call(self.regions, id(self._whole[0]), state, tensors)  # type: ignore[index]
+            if outs is not whole.MISSED:
+                return outs
         leaves = list(self.arg_leaves)
         for i, t in zip(self.tensor_index, tensors):
             # inputs become (or stay) numpy: jitted regions take them directly, as the staged host
@@ -420,7 +426,7 @@ class DispatchHost:
             self.root.train(self.train)
         try:
             if self._whole is not None and self._keys is None and not traced:
-                outs = self._direct(args)
+                outs = self._direct(args, tensors)
                 if outs is not _MISSED:
                     return outs
             # grad mode on, so that the user's own `with torch.no_grad():` blocks are seen by the
@@ -446,7 +452,7 @@ class DispatchHost:
                 return spec, len(params) - 1, [None if n == params[0] else position[n] for n in spec.ins]
         return None
 
-    def _direct(self, args: tuple) -> Any:
+    def _direct(self, args: tuple, tensors: Sequence[Any]) -> Any:
         """The method's result by one call of its whole-body island's program, or _MISSED (not
         compiled for this signature yet, or it runs on the host): no host Python runs around the
         program, as none would decide anything (a traced call still takes the full way)."""
@@ -454,9 +460,30 @@ class DispatchHost:
         st = self.regions.get(id(spec))
         if st is None or len(args) != count or st.parts[0].host_reason is not None:
             return _MISSED
+        vals = tuple(self.root if i is None else args[i] for i in picks)
         # grad=True: the full way calls the method with grad mode on (see `_Calling`)
-        outs = self._compiled_call(st.parts[0], tuple(self.root if i is None else args[i] for i in picks), grad=True)
-        return outs if outs is _MISSED else values.outputs_to_jax(defined(outs[0]))
+        outs = self._compiled_call(st.parts[0], vals, grad=True)
+        if outs is _MISSED:
+            return _MISSED
+        self._learn_way(st, vals, picks, tensors)
+        return values.outputs_to_jax(defined(outs[0]))
+
+    def _learn_way(self, st: RegionState, vals: tuple, picks: list[int | None], tensors: Sequence[Any]) -> None:
+        """Keep the program this call ran as the quick way for its signature (host/whole.py), where
+        nothing runs around its call: every input one leaf (the module, or a tensor argument), no
+        update of an input, no view tracked, every output the program's own."""
+        part = st.parts[0]
+        leaves, _, key = values.call_key(vals, None, True)
+        entry = part.cache.get(key)
+        if type(entry) is not Compiled or not entry._plain or entry.mutated or entry.tracked or entry.conditional \
+                or part.appends or part.in_place or part.same or part.changes or not self._flat_args \
+                or len(leaves) != len(vals) or any(a is not b for a, b in zip(leaves, vals)):
+            return
+        tensor_of = {i: j for j, i in enumerate(self.tensor_index)}  # argument position -> tensor position
+        order = [tensor_of.get(picks[k]) if picks[k] is not None else None for k in entry.tensor_leaves]
+        if None in order:
+            return
+        self._quick.learn(tensors, whole.Way(st, part, entry, tuple(order)))
 
     def train_call(self, state: Sequence[Any], tensors: Sequence[Any], key: Any,
                    updated: Sequence[int]) -> tuple[Any, tuple[Any, ...]]:
@@ -854,9 +881,9 @@ class DispatchHost:
             try:
                 entry.tracked, entry.conditional = check_views_kept(
                     spec, part, vals, leaves, outs, entry.views, user_locals(self._region_env or {}, (region, island)),
-                    entry.view_maps, entry.mutated)
+                    entry.view_layouts, entry.mutated)
             except AliasedUpdateError:
-                if not entry.symbolic or None not in entry.view_maps:
+                if not entry.symbolic or None not in entry.view_layouts:
                     raise
                 # a view at a symbolic offset (`w = v[i]`) has no one layout: captured again
                 # with the ints constant, one program per value
@@ -1017,7 +1044,7 @@ class DispatchHost:
         return Compiled(fn, sources, list(cap.inputs), cap.out_tree, cap.slots, cap.constants, cap.mutated,
                         cap.passed if any(p is not None for p in cap.passed) else None,
                         not torch.is_grad_enabled(), wide, margins, ints.guard,
-                        ints.results, ints.leaves, views=cap.views, view_maps=cap.view_maps)
+                        ints.results, ints.leaves, views=cap.views, view_layouts=cap.view_layouts)
 
     def _fall_back(self, st: RegionState, part: Part, fns: Sequence[Callable], vals: tuple, leaves: list,
                    tree: Any, key: Any, exc: BaseException) -> tuple:

@@ -26,14 +26,14 @@ def user_locals(env: dict, operators: Sequence[Callable]) -> dict:
 
 
 def check_views_kept(spec: RegionSpec, part: Any, vals: tuple, leaves: list, outs: tuple,
-                     views: tuple[tuple[int, str, int], ...], local: dict, maps: tuple = (),
+                     views: tuple[tuple[int, str, int], ...], local: dict, layouts: tuple = (),
                      mutated: tuple[int, ...] = ()) -> tuple[tuple[Tracked, ...], tuple[tuple[int, Tracked | None], ...]]:
     """`views` (capture/region.view_pairs): output leaf k shares memory with input or output leaf
     j. Torch's update of one reaches the other; the host's arrays are separate. Where the view
     and a name still holding the other are both read later and one of them may be updated in
     place after this part (`RegionSpec.updated_later`, a later statement's `updates`), the pair
     is returned for the host to track per call (host/view_families.py) if both are tensors under
-    names of their own and `maps` (capture/view_layout.py) gives the view's layout; else refused.
+    names of their own and `layouts` (capture/view_layout.py) gives the view's layout; else refused.
     Second: (input leaf, pair or None) of the live views that may be updated whose base input no
     live name holds, to be tracked (or refused, None) where that input is of a family at a call."""
     ins = [n for n, v in zip(part.ins, vals) for _ in leaves_in_order(v)]
@@ -66,7 +66,7 @@ def check_views_kept(spec: RegionSpec, part: Any, vals: tuple, leaves: list, out
             if name in part.outs and name not in holders \
                     and (j in mutated or values.get(name) is leaves[j]):
                 holders.append(name)
-        pair = _trackable(part, vals, outs, k, kind, j, maps[n] if n < len(maps) else None, mutated)
+        pair = _trackable(part, vals, outs, k, kind, j, layouts[n] if n < len(layouts) else None, mutated)
         for base in holders:
             if base != view and not base.startswith("_dycl_") and live(view) and live(base) \
                     and (risky(view) or risky(base)):

@@ -1,0 +1,163 @@
+"""Module attributes that carry state from one call to the next (a counter read back, a hidden
+state kept on `self` for the next call): found by calling the torch model twice on the example,
+and refused with the attribute's file:line, since a converted model starts every call from the
+attributes' values at conversion."""
+from __future__ import annotations
+
+import ast
+import contextlib
+import inspect
+import io
+import textwrap
+import warnings
+from typing import Any
+
+import torch
+import torch.utils._pytree as pytree
+
+from dycl_jax.errors import DyclError, Location, limitation
+
+_SKIP = {"training"}  # (the host sets the mode itself)
+Snapshot = list[tuple[torch.nn.Module, dict[str, Any], dict[str, Any]]]  # module, its attributes, list/dict items
+
+
+def check_no_carried_state(model: torch.nn.Module, args: tuple, method: str) -> None:
+    """Refuse a model whose `method` changes a module attribute on every call in a way its
+    results see: the second of two calls on the example changes an attribute again and returns
+    something else. (A cache filled on the first call, or a counter no output reads, passes.) The
+    model's attributes are as before when this returns."""
+    before = _snapshot(model)
+    fn = getattr(model, method)
+    try:
+        with torch.no_grad(), contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                first = fn(*_fresh(args))
+            except Exception:  # noqa: BLE001  (the conversion itself reports a model that fails on its example)
+                return
+            settled = _snapshot(model)
+            if not _changed(before, settled):
+                return
+            try:
+                second, failure = fn(*_fresh(args)), None
+            except Exception as exc:  # noqa: BLE001  (the state the first call left made it fail)
+                second, failure = None, exc
+            moved = _changed(settled, _snapshot(model))
+            if moved and (failure is not None or not _equal(first, second)):
+                raise _refusal(moved, failure)
+    finally:
+        _restore(before)
+
+
+def _fresh(args: tuple) -> tuple:
+    """Copies of the tensors: a method that updates its inputs in place leaves the caller's alone."""
+    return pytree.tree_map_only(torch.Tensor, lambda t: t.clone(), args)
+
+
+def _watched(key: str) -> bool:
+    return not key.startswith("_") and key not in _SKIP
+
+
+def _snapshot(model: torch.nn.Module) -> Snapshot:
+    out: Snapshot = []
+    for m in model.modules():
+        attrs = {k: v for k, v in vars(m).items() if _watched(k)}
+        items = {k: (list(v) if isinstance(v, list) else dict(v)) for k, v in attrs.items() if isinstance(v, (list, dict))}
+        out.append((m, attrs, items))
+    return out
+
+
+def _restore(snap: Snapshot) -> None:
+    for m, attrs, items in snap:
+        for k in [k for k in vars(m) if _watched(k) and k not in attrs]:  # made by the calls
+            del m.__dict__[k]
+        m.__dict__.update(attrs)
+        for k, held in items.items():
+            box = attrs[k]
+            if isinstance(box, list):
+                box[:] = held
+            else:
+                box.clear()
+                box.update(held)
+
+
+def _changed(a: Snapshot, b: Snapshot) -> list[tuple[torch.nn.Module, str]]:
+    """(module, attribute) of each attribute that differs between two snapshots."""
+    out = []
+    for (m, attrs, items), (_, now, now_items) in zip(a, b):
+        for k in attrs.keys() | now.keys():
+            if k not in attrs or k not in now or not _same(attrs[k], now[k]) \
+                    or (k in items and not _same_items(items[k], now_items.get(k))):
+                out.append((m, k))
+    return out
+
+
+def _same(x: Any, y: Any) -> bool:
+    if x is y:
+        return True
+    try:
+        return type(x) is type(y) and not isinstance(x, torch.Tensor) and bool(x == y)
+    except Exception:  # noqa: BLE001  (no equality of its own: a new object is a change)
+        return False
+
+
+def _same_items(x: Any, y: Any) -> bool:
+    if isinstance(x, list):
+        return isinstance(y, list) and len(x) == len(y) and all(_same(a, b) for a, b in zip(x, y))
+    return isinstance(y, dict) and x.keys() == y.keys() and all(_same(x[k], y[k]) for k in x)
+
+
+def _equal(a: Any, b: Any) -> bool:
+    """The two calls' results are the same, exactly (NaN equal to NaN)."""
+    la, sa = pytree.tree_flatten(a)
+    lb, sb = pytree.tree_flatten(b)
+    return sa == sb and all(_same_tensor(x, y) if isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor)
+                            else not isinstance(x, torch.Tensor) and _same(x, y) for x, y in zip(la, lb))
+
+
+def _same_tensor(x: torch.Tensor, y: torch.Tensor) -> bool:
+    if x.shape != y.shape or x.dtype != y.dtype:
+        return False
+    if x.is_floating_point():
+        nan = x.isnan()
+        return torch.equal(nan, y.isnan()) and torch.equal(x.masked_fill(nan, 0), y.masked_fill(nan, 0))
+    return torch.equal(x, y)
+
+
+def _refusal(moved: list[tuple[torch.nn.Module, str]], failure: Exception | None) -> DyclError:
+    names = [f"self.{k}" for _, k in moved]
+    m, k = moved[0]
+    where = _written_at(type(m), k)
+    seen = (f"a second call on the example raised {type(failure).__name__}" if failure is not None
+            else "a second call on the example returns a different result")
+    return DyclError(
+        f"`{names[0]}` ({type(m).__name__}) carries state from one call to the next"
+        + (f" (so do {', '.join(f'`{n}`' for n in names[1:4])})" if len(names) > 1 else "")
+        + f": each call changes it again and {seen}; a converted model starts every call from the "
+        "module's attributes as they were at conversion, so every call after the first would differ from torch",
+        location=where,
+        fix=limitation(f"module attributes kept across calls (`{names[0]}`)", "dycl_jax/capture/carried_state.py"))
+
+
+def _written_at(cls: type, attr: str) -> Location | None:
+    """The first assignment to `self.<attr>` in the class's own methods (forward first)."""
+    try:
+        lines, start = inspect.getsourcelines(cls)
+        file = inspect.getsourcefile(cls)
+    except (OSError, TypeError):
+        return None
+    tree = ast.parse(textwrap.dedent("".join(lines)))
+    found = []
+    for fn in ast.walk(tree):
+        if not isinstance(fn, ast.FunctionDef) or fn.name == "__init__":
+            continue
+        for node in ast.walk(fn):
+            targets = node.targets if isinstance(node, ast.Assign) else \
+                [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else []
+            if any(isinstance(t, ast.Attribute) and t.attr == attr and isinstance(t.value, ast.Name)
+                   and t.value.id == "self" for t in targets):
+                found.append((fn.name != "forward", node.lineno))
+    if not found or file is None:
+        return None
+    line = start + min(found)[1] - 1
+    return Location(file, line, lines[line - start].strip())
