@@ -57,6 +57,7 @@ from dycl_jax.rewrite.api import run_dispatch_trace, run_torch_trace  # noqa: E4
 from dycl_jax.runtime.decoded import finish  # noqa: E402
 from fuzz_minimise import Minimised, minimise  # noqa: E402  (scripts/ is on sys.path)
 from fuzz_aliases import Rebinds  # noqa: E402
+from fuzz_attributes import Attributes  # noqa: E402
 from fuzz_shapes import Shapes  # noqa: E402
 
 N_LAYERS = 3
@@ -66,6 +67,7 @@ RTOL = 1e-4  # relative and absolute, on floats; integers exactly
 HALF_TOL = 2e-2  # the same for programs with float16 blocks
 SHAPE_SHARE = 0.4  # campaign programs with data-dependent shapes (fuzz_shapes.py)
 REBIND_SHARE = 0.4  # campaign programs with aliases made at run time (fuzz_aliases.py)
+ATTRIBUTE_SHARE = 0.3  # campaign programs with values kept on `self` (fuzz_attributes.py)
 APPLY_DISPATCH_INPUTS = 3  # `apply` on the dispatch host runs the regions again: fewer inputs
 
 
@@ -78,9 +80,11 @@ class _Gen:
     own layer `self.lin`."""
 
     def __init__(self, rng: random.Random, sub: bool = False, extra: random.Random | None = None,
-                 shapes: Shapes | None = None, rebinds: Rebinds | None = None) -> None:
+                 shapes: Shapes | None = None, rebinds: Rebinds | None = None,
+                 attributes: Attributes | None = None) -> None:
         self.rng = rng
         self.sub = sub
+        self.attributes = attributes  # values kept on `self` (fuzz_attributes.py), in some campaign programs
         self.shapes = shapes  # data-dependent shapes (fuzz_shapes.py), in some campaign programs
         self.rebinds = rebinds  # aliases made at run time (fuzz_aliases.py), in some campaign programs
         # the view/list-alias/dict features draw from their own stream, so every program that
@@ -121,6 +125,8 @@ class _Gen:
         simple += [f"v.sum() < {c}", f"cnt > {r.randrange(0, 3)}", f"s > {r.randrange(0, 3)}"]
         if self.shapes and self.shapes.wanted():
             return self.shapes.pred()
+        if self.attributes and self.attributes.wanted():
+            return self.attributes.pred()
         if r.random() < 0.08:
             self.half = True
             simple.append(f"h.half().sum() > {c}")  # a test on float16 values
@@ -188,6 +194,8 @@ class _Gen:
             values.update(self.shapes.outputs())
         if self.rebinds:
             values.update(self.rebinds.outputs())
+        if self.attributes:
+            values.update(self.attributes.outputs())
         if self.as_dict:
             return "{" + ", ".join(f"{k!r}: {v}" for k, v in values.items()) + "}"
         return ", ".join(values.values())
@@ -227,6 +235,8 @@ class _Gen:
             return self.shapes.statement().split("\n")
         if self.rebinds and self.rebinds.wanted():
             return [self.rebinds.statement(self.pred(1))]
+        if self.attributes and self.attributes.wanted():
+            return [self.attributes.statement()]
         return [self.simple()]
 
     def if_chain(self, depth: int, in_loop: bool) -> list[str]:
@@ -263,13 +273,17 @@ def program(seed: int, extended: bool = False) -> str:
     shapes = Shapes(shape_rng) if extended and shape_rng.random() < SHAPE_SHARE else None
     alias_rng = random.Random(f"rebinds-{seed}")
     rebinds = Rebinds(alias_rng) if extended and alias_rng.random() < REBIND_SHARE else None
-    gen = _Gen(rng, extra=random.Random(f"views-{seed}") if extended else None, shapes=shapes, rebinds=rebinds)
+    attribute_rng = random.Random(f"attributes-{seed}")
+    attributes = Attributes(attribute_rng) if extended and attribute_rng.random() < ATTRIBUTE_SHARE else None
+    gen = _Gen(rng, extra=random.Random(f"views-{seed}") if extended else None, shapes=shapes, rebinds=rebinds,
+               attributes=attributes)
     sub = _Gen(rng, sub=True)
     body = ["v = h * 0.5", "a = v", "s = 0", "cnt = torch.zeros((), dtype=torch.long)", "outs = []"]
     body += [f"w = {gen.view}"] if gen.view else []
     body += ["xs = [v]"] if gen.listed else []
     body += shapes.prelude() if shapes else []
     body += rebinds.prelude() if rebinds else []
+    body += attributes.prelude() if attributes else []
     body += gen.block(0, False, n=gen.rng.randint(2, 5))
     final = gen.outputs().replace("h * 2.0", "h + total", 1)
     body += ["total = torch.stack(outs).sum() if outs else h.sum() * 0.0", f"return {final}"]
@@ -359,7 +373,8 @@ def _features(source: str) -> set:
     main = source.split("class Fuzzed", 1)[-1]
     marks = {"float16": (".half()",), "alias": ("a.mul_", "a.clamp_", "a[0", "a.add_"), "inplace": ("v.add_", "v[:"),
              "submodule": ("self.sub(",), "view": ("w = v",), "list alias": ("xs = [v]",),
-             "dict": ("return {",), "shapes": ("seq = h[:, :1]",), "rebinds": ("spare = []",)}
+             "dict": ("return {",), "shapes": ("seq = h[:, :1]",), "rebinds": ("spare = []",),
+             "attributes": ("self.k = 0",)}
     return {k for k, ms in marks.items() if any(m in main for m in ms)}
 
 
@@ -577,7 +592,8 @@ def summary(results: list[Outcome]) -> str:
              f"invalid (torch fails), {kinds['numeric']} rounding-sensitive (a decision or tie on a float "
              f"threshold), {kinds['bug']} bugs",
              f"paths covered: {paths} distinct decision traces over the matching programs' inputs"]
-    for feat in ("float16", "alias", "inplace", "submodule", "view", "list alias", "dict", "shapes", "rebinds"):
+    for feat in ("float16", "alias", "inplace", "submodule", "view", "list alias", "dict", "shapes", "rebinds",
+                 "attributes"):
         with_it = [r for r in results if feat in r.features]
         lines.append(f"  with {feat}: {len(with_it)} programs, {sum(r.kind == 'match' for r in with_it)} match, "
                      f"{sum(r.kind == 'refused' for r in with_it)} refused, {sum(r.kind == 'bug' for r in with_it)} bugs")

@@ -79,18 +79,26 @@ class UnreadCounter(nn.Module):
 
 
 class WrittenFirst(nn.Module):
-    """`self.last` changes on every call, but each call writes it before reading it."""
+    """`self.last` changes on every call, but each call writes it before reading it. (Under
+    torch.export, which puts module attributes back as they were when it returns, the dispatch
+    host once missed this write where the attribute starts as None: a later region read None.)"""
 
     def __init__(self) -> None:
         super().__init__()
         self.fc = nn.Linear(6, 6)
-        self.last = torch.zeros(1, 6)
+        self.last = None
 
     def forward(self, x):
         self.last = torch.relu(self.fc(x))
         if self.last.sum() > 1.0:
             return self.last * 2
         return self.last - 1.0
+
+
+class WrittenFirstOverATensor(WrittenFirst):
+    def __init__(self) -> None:
+        super().__init__()
+        self.last = torch.zeros(1, 6)
 
 
 def _inputs(n: int) -> list[torch.Tensor]:
@@ -114,7 +122,7 @@ def test_state_the_results_read_is_refused_at_its_line(cls, attr, code, host):
 
 
 @pytest.mark.parametrize("host", ["auto", "dispatch"])
-@pytest.mark.parametrize("cls", [FilledOnce, UnreadCounter, WrittenFirst])
+@pytest.mark.parametrize("cls", [FilledOnce, UnreadCounter, WrittenFirst, WrittenFirstOverATensor])
 def test_state_that_settles_or_is_not_read_converts_and_matches_call_after_call(cls, host):
     torch.manual_seed(0)
     model, twin = cls().eval(), cls().eval()

@@ -122,7 +122,11 @@ class DynamicAttributes:
     def register(self, changes: list[tuple[dict, str, Any]]) -> bool:
         """Make the changed attributes slots; True if any is new."""
         known = {(id(d), k) for d, k in self.slots}
-        new = [(d, k, v) for d, k, v in changes if (id(d), k) not in known]
+        new = []
+        for d, k, v in changes:  # (one write may be seen twice: outside and inside torch.export)
+            if (id(d), k) not in known:
+                known.add((id(d), k))
+                new.append((d, k, v))
         for d, k, v in new:
             self.slots.append((d, k))
             self.original.append(v)

@@ -388,6 +388,8 @@ class DispatchHost:
         self._arg_ids: frozenset[int] = frozenset()  # the current call's argument arrays
         self._region_env: Mapping | None = None
         self._region_st: RegionState | None = None  # the region whose names _region_env holds
+        # while a part is captured: the module attributes its statements wrote, as they ran
+        self._written: list[tuple[dict, str, Any]] | None = None
         # train mode (host/training.py): regions on batch statistics, writing their buffer updates
         # into the state; a buffer or parameter registered under two names is one state entry
         self.train = train
@@ -741,7 +743,13 @@ class DispatchHost:
         def body(vals: tuple, attrs: tuple | None) -> tuple:
             if attrs is not None:
                 self.attrs.write(attrs)
+            # under torch.export, which puts every module attribute back as it was when it returns
+            # (and warns only of tensor ones): the writes are seen here, inside the trace
+            written = self._written
+            before = self.attrs.snapshot() if written is not None else None
             outs = run_statements(spec, fns[part.first:part.stop], vals, part.ins, part.outs, part.first)
+            if written is not None:
+                written += self.attrs.changed(before)  # type: ignore[arg-type]
             return outs, (self.attrs.read() if attrs is not None else None)
         return body
 
@@ -911,6 +919,7 @@ class DispatchHost:
             part.captures += 1
             self.captures += 1
             before = self.attrs.snapshot()
+            self._written = []
             try:
                 callers = frozenset(i for i, v in enumerate(leaves) if id(v) in self._arg_ids)
                 cap = capture_call(self.root, self._body(spec, part, fns), torch_args, self._capture_context, callers,
@@ -919,7 +928,8 @@ class DispatchHost:
                                                                     if isinstance(v, values.ARRAYS)]:
                     raise AssertionError("a captured region's tensor inputs are not the host's array leaves")
             finally:
-                changes = self.attrs.changed(before)
+                changes = self.attrs.changed(before) + self._written
+                self._written = None
                 self.attrs.restore(before)
             if self.attrs.register(changes):
                 raise _NewAttributes()

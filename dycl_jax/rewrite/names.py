@@ -27,6 +27,8 @@ def readable(name: str) -> str:
         return "return value"
     if name == RETFLAG:
         return "(returned flag)"
+    if name.startswith("dycl_self__"):  # a module attribute kept as a local (converters/self_attributes.py)
+        return "self." + name[len("dycl_self__"):]
     if name.startswith("_dycl_"):
         return "(exit flag)" if any(w in name for w in ("break", "continue", "brk", "cont")) else "(internal)"
     return name

@@ -21,7 +21,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from dycl_jax.errors import (AliasedUpdateError, DyclError, InputMutationError, StagedAliasError, limitation,
+from dycl_jax.errors import (AliasedUpdateError, DyclError, InputMutationError, Location, StagedAliasError, limitation,
                              raised_by_us)
 from dycl_jax.rewrite import padding, plan as plans, plan_cache, staged
 from dycl_jax.rewrite import modes
@@ -42,6 +42,28 @@ __all__ = ["Undefined", "staging", "tracing", "cond", "switch", "ifexp", "while_
            "and_value", "or_value", "item", "as_bool", "as_float", "as_int", "stop", "own", "data", "unless",
            "np_reduce", "item_operand", "getitem", "region", "decide", "defined", "island", "NOT_STAGED", "decoded", "unrolled",
            "is_view", "view_again"]
+
+
+def attribute(obj: Any, attr: str) -> Any:
+    """A module attribute the method keeps as a local (converters/self_attributes.py), read
+    where the method starts: Undefined where the module has none yet."""
+    try:
+        return getattr(obj, attr)
+    except AttributeError:
+        return Undefined(f"self.{attr}")
+
+
+def refuse_attribute_store(attr: str, what: str, file: str, line: int, code: str) -> None:
+    """Before an assignment to a module attribute that other code reads, inside a data-dependent
+    construct (converters/branches.py): staged, each path would assign it once while traced. Run
+    as Python (a test that is a Python value at run time), the assignment is exact: no refusal."""
+    if not (staged.in_construct() or modes.reach() is not None):
+        return
+    raise DyclError(
+        f"`{attr}` is assigned inside {what}, which depends on tensor data, and other code reads it "
+        f"(`.{attr.rsplit('.', 1)[-1]}` outside this method): a staged branch or loop cannot assign a module "
+        "attribute per path", location=Location(file, line, code),
+        fix='convert with host="auto" (the default) or host="dispatch": that host runs this construct in Python')
 
 
 def _pred(p: Any, site: Site) -> torch.Tensor:

@@ -133,6 +133,14 @@ class Operands:
             return out
 
 
+_TRACING = [0]  # branches and loop bodies being traced into graphs now (nested ones count each)
+
+
+def in_construct() -> bool:
+    """Whether the code running now is a staged branch or loop body being traced."""
+    return _TRACING[0] > 0
+
+
 def trace(fn: Callable, operands: Operands) -> Traced:
     """Trace `fn` (called through `operands`) into a graph of the operand tensors it reads.
 
@@ -152,17 +160,21 @@ def trace(fn: Callable, operands: Operands) -> Traced:
         side["flat"], side["spec"], side["writes"] = flat, spec, sorted(writes)
         return [v for v in flat if isinstance(v, torch.Tensor)] + [writes[s] for s in sorted(writes)]
 
+    _TRACING[0] += 1
     try:
-        gm: torch.fx.GraphModule | None = materialize_as_graph(raw, tuple(operands.tensors[:n]))
-    except DyclError:
-        raise
-    except Exception:  # torch's refusal (or the user's code failing): as torch decides, with plain inputs
-        gm = None
-    if gm is not None:
-        inputs = list(range(n)) + lazy_state.lift(gm, side["probes"], n)
-    else:
-        gm = materialize_as_graph(raw, tuple(operands.tensors))
-        inputs = list(range(len(operands.tensors)))
+        try:
+            gm: torch.fx.GraphModule | None = materialize_as_graph(raw, tuple(operands.tensors[:n]))
+        except DyclError:
+            raise
+        except Exception:  # torch's refusal (or the user's code failing): as torch decides, with plain inputs
+            gm = None
+        if gm is not None:
+            inputs = list(range(n)) + lazy_state.lift(gm, side["probes"], n)
+        else:
+            gm = materialize_as_graph(raw, tuple(operands.tensors))
+            inputs = list(range(len(operands.tensors)))
+    finally:
+        _TRACING[0] -= 1
     _inline_scalar_constants(gm)
     return Traced(gm, side["flat"], side["spec"], inputs, side["writes"])
 

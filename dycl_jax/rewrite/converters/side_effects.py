@@ -4,6 +4,7 @@ from __future__ import annotations
 import ast
 
 from dycl_jax.analysis.scopes import function_locals
+from dycl_jax.rewrite.converters.self_attributes import read_elsewhere
 from dycl_jax.rewrite.templates import Context, own_statements
 
 _LOG_ROOTS = {"logging", "logger", "log", "_logger", "LOGGER", "_log", "warnings"}
@@ -71,6 +72,9 @@ def convert(scope: ast.FunctionDef, ctx: Context) -> None:
     if not found:
         return
     still_read = _self_reads(top, self_name, {id(s) for s, _, _ in found}) if self_name else set()
+    if self_name:  # another module's code may read it (`self.block.open` in the parent's forward)
+        elsewhere = read_elsewhere(ctx.src.file, self_name)
+        still_read |= {what for _, _, what in found if what in elsewhere or "*" in elsewhere}
     for s, block, what in found:
         if what not in ("print", "log") and what in still_read:
             continue  # the attribute is read again: it may feed the outputs

@@ -1,0 +1,127 @@
+"""Module attributes the method assigns (`self.exit_id = 1` in a branch, `self.steps += 1` in a
+loop) become one local variable of the method, so branches and loops carry them as they carry
+any local (a cond output, a loop carry) instead of assigning a module attribute once while traced.
+
+    def forward(self, x):               def forward(self, x):
+                                            dycl_self__steps = _dycl_ops.attribute(self, 'steps')
+        self.steps = 0                      dycl_self__steps = 0
+        while h.sum() > 1 and \\      →      while h.sum() > 1 and dycl_self__steps < 5:
+                self.steps < 5:                 ...
+            ...                                 dycl_self__steps += 1
+            self.steps += 1                 return h, dycl_self__steps
+        return h, self.steps
+
+The module attribute itself is then never assigned by the converted method: only an attribute
+that nothing else reads is kept local, i.e. no `<expr>.steps` other than `self.steps` in the
+method's source file (a parent reading `self.block.steps` keeps the attribute as it was), no
+nested function or lambda assigning it, no `del`, and no `getattr`/`setattr`/`vars`/`__dict__`
+on `self` in the method. (Its value at the next call is the carried-state check's concern:
+capture/carried_state.py.)
+"""
+from __future__ import annotations
+
+import ast
+import functools
+
+from dycl_jax.rewrite.templates import Context, const, is_scope, locate, name, op_call, set_name
+
+_REFLECTION = {"getattr", "setattr", "delattr", "hasattr", "vars"}
+LOCAL_PREFIX = "dycl_self__"  # + the attribute's name: the local that holds `self.<name>`
+
+
+def _self_name(ctx: Context) -> str | None:
+    top = ctx.src.tree
+    params = top.args.posonlyargs + top.args.args
+    return params[0].arg if params and ctx.src.class_name else None
+
+
+def _own_nodes(scope: ast.FunctionDef):
+    """Every node of the function outside nested functions, lambdas and classes."""
+    stack: list[ast.AST] = list(scope.body)
+    while stack:
+        node = stack.pop()
+        yield node
+        if not is_scope(node):
+            stack.extend(ast.iter_child_nodes(node))
+
+
+def _is_self_attr(node: ast.AST, self_name: str) -> bool:
+    return isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == self_name
+
+
+def _reflects(node: ast.AST, self_name: str) -> bool:
+    """`getattr(self, ...)`, `vars(self)`, `self.__dict__`: attributes reached by name at run time."""
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _REFLECTION:
+        return any(isinstance(a, ast.Name) and a.id == self_name for a in node.args)
+    return _is_self_attr(node, self_name) and node.attr == "__dict__"
+
+
+@functools.lru_cache(maxsize=64)
+def read_elsewhere(file: str, self_name: str) -> frozenset[str]:
+    """Attribute names the file reads from anything but `self` (`blk.steps`, `self.block.steps`)."""
+    try:
+        with open(file, encoding="utf-8") as f:
+            tree = ast.parse(f.read())
+    except (OSError, SyntaxError, ValueError):
+        return frozenset({"*"})  # unknown: keep every attribute as it is
+    return frozenset(n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)
+                     and not (isinstance(n.value, ast.Name) and n.value.id == self_name))
+
+
+def _localised(scope: ast.FunctionDef, self_name: str, file: str) -> list[str]:
+    """The attributes to keep local, in order of first assignment."""
+    stored: dict[str, None] = {}
+    refused: set[str] = set()
+    for node in _own_nodes(scope):
+        if _reflects(node, self_name):
+            return []
+        if _is_self_attr(node, self_name):
+            if isinstance(node.ctx, ast.Store):
+                stored.setdefault(node.attr)
+            elif isinstance(node.ctx, ast.Del):
+                refused.add(node.attr)
+    for node in ast.walk(scope):  # a nested function assigning it would need `nonlocal`
+        if is_scope(node) and node is not scope:
+            refused |= {n.attr for n in ast.walk(node) if _is_self_attr(n, self_name)
+                        and isinstance(n.ctx, (ast.Store, ast.Del))}
+    elsewhere = read_elsewhere(file, self_name)
+    if "*" in elsewhere:
+        return []
+    return [a for a in stored if a not in refused and a not in elsewhere and not a.startswith("__")]
+
+
+class _ToLocal(ast.NodeTransformer):
+    def __init__(self, self_name: str, names: dict[str, str]) -> None:
+        self.self_name, self.names = self_name, names
+
+    def visit_Attribute(self, node: ast.Attribute) -> ast.AST:
+        if _is_self_attr(node, self.self_name) and node.attr in self.names:
+            return ast.copy_location(ast.Name(id=self.names[node.attr], ctx=node.ctx), node)
+        return self.generic_visit(node)
+
+    def _scope(self, node: ast.AST) -> ast.AST:
+        return node  # nested functions and lambdas read the module attribute as written
+
+    visit_FunctionDef = visit_AsyncFunctionDef = visit_Lambda = visit_ClassDef = _scope
+
+
+def convert(scope: ast.FunctionDef, ctx: Context) -> None:
+    if scope is not ctx.src.tree:
+        return
+    self_name = _self_name(ctx)
+    if self_name is None:
+        return
+    attrs = _localised(scope, self_name, ctx.src.file)
+    if not attrs:
+        return
+    # (not a `_dycl_` name: the converters after this one take those for single-assignment temporaries)
+    names = {a: f"{LOCAL_PREFIX}{a}" for a in attrs}
+    transformer = _ToLocal(self_name, names)
+    scope.body = [transformer.visit(s) for s in scope.body]
+    first = scope.body[0]
+    inits = [locate(set_name(local, op_call("attribute", name(self_name), const(a))), first)
+             for a, local in names.items()]
+    at = 1 if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) \
+        and isinstance(first.value.value, str) else 0  # after a docstring
+    scope.body[at:at] = inits
+    ast.fix_missing_locations(scope)
