@@ -112,6 +112,7 @@ REGRESSION_INPUTS = {
     231924075: (0, 7),  # 7 failed (an island's output `a` left `w`'s family)
     955569850: (0, 2),  # 2 failed (`w` registered on the rebound `v`)
     231923964: (0, 1),  # 0 failed (`w` missed `a.add_(h)` through `v`)
+    621427429: (0, 1),  # staging crashed (a loop invariant in the test taken for a counter), whatever the input
 }
 
 

@@ -87,7 +87,9 @@ def static_trip_bound(node: torch.fx.Node, gm: torch.fx.GraphModule) -> int | No
     carried = node.args[2]
     bounds = []
     for j, limit in _limits(cond_gm):
-        step, start = _step(body_gm, j), _initial(carried[j]) if j < len(carried) else None
+        if j >= len(carried):  # a loop invariant (`t < C` with `t` never changed): no counter
+            continue
+        step, start = _step(body_gm, j), _initial(carried[j])
         if step is not None and step > 0 and start is not None:
             bounds.append(max(0, math.ceil((limit - start) / step)))
     return min(bounds) if bounds else None
