@@ -26,8 +26,12 @@ def check_no_carried_state(model: torch.nn.Module, args: tuple, method: str) -> 
     results see: the second of two calls on the example changes an attribute again and returns
     something else. (A cache filled on the first call, or a counter no output reads, passes.) The
     model's attributes are as before when this returns."""
+    fn = getattr(model, method, None)
+    if not callable(fn):
+        return  # the conversion reports a missing method itself
     before = _snapshot(model)
-    fn = getattr(model, method)
+    modes = [(m, m.training) for m in model.modules()]  # (a submodule may have a mode of its own)
+    model.eval()  # as the conversion runs it
     try:
         with torch.no_grad(), contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -47,6 +51,8 @@ def check_no_carried_state(model: torch.nn.Module, args: tuple, method: str) -> 
                 raise _refusal(moved, failure)
     finally:
         _restore(before)
+        for m, training in modes:
+            m.training = training
 
 
 def _fresh(args: tuple) -> tuple:
