@@ -919,7 +919,10 @@ class DispatchHost:
             part.captures += 1
             self.captures += 1
             before = self.attrs.snapshot()
-            self._written = []
+            # the method's whole-body island: what it writes to a module attribute no later code of
+            # this call reads (the host puts attributes back after each call), so it stays no slot
+            whole = self._whole is not None and spec is self._whole[0]
+            self._written = None if whole else []
             try:
                 callers = frozenset(i for i, v in enumerate(leaves) if id(v) in self._arg_ids)
                 cap = capture_call(self.root, self._body(spec, part, fns), torch_args, self._capture_context, callers,
@@ -928,7 +931,7 @@ class DispatchHost:
                                                                     if isinstance(v, values.ARRAYS)]:
                     raise AssertionError("a captured region's tensor inputs are not the host's array leaves")
             finally:
-                changes = self.attrs.changed(before) + self._written
+                changes = self.attrs.changed(before) + (self._written or [])
                 self._written = None
                 self.attrs.restore(before)
             if self.attrs.register(changes):
