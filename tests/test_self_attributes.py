@@ -184,3 +184,24 @@ class PythonTestedChild(nn.Module):
 def test_an_assignment_under_a_python_test_at_run_time_stages():
     chosen, seen = _check(PythonTestedChild, "staged")
     assert chosen == "staged" and seen == {6}, (chosen, seen)
+
+
+class ReadsAnotherFilesCount(nn.Module):
+    """The parent reads `self.block.refinements`, assigned in a `while` of a block defined in
+    another file (attribute_blocks.py): that file alone shows no other reader, the model's files do."""
+
+    def __init__(self) -> None:
+        from attribute_blocks import RefiningBlock
+
+        super().__init__()
+        self.block = RefiningBlock()
+
+    def forward(self, x):
+        h = self.block(x)
+        return h, self.block.refinements
+
+
+def test_a_reader_in_another_file_keeps_the_attribute():
+    for host in ("auto", "dispatch"):
+        chosen, seen = _check(ReadsAnotherFilesCount, host)
+        assert chosen == "dispatch" and len(seen) >= 3, (host, chosen, seen)

@@ -92,9 +92,10 @@ class UnrollOption:
 
 def _rewrite(fn: types.FunctionType, helper_cells: dict[str, types.CellType], upto: str | None = None,
              dispatch: bool = False, unroll: UnrollOption | None = None, hosted: frozenset = frozenset(),
-             calls: tuple[effects.CallEffects, effects.CallEffects] = ((), ())) -> _Rewritten:
+             calls: tuple[effects.CallEffects, effects.CallEffects] = ((), ()),
+             files: frozenset = frozenset()) -> _Rewritten:
     key = (fn.__code__, id(fn.__globals__), tuple(sorted((k, id(v)) for k, v in helper_cells.items())), upto,
-           dispatch, unroll, hosted, calls)
+           dispatch, unroll, hosted, calls, files)
     if key in _CACHE:
         return _CACHE[key]
     src = read_function(fn)
@@ -131,7 +132,7 @@ def _rewrite(fn: types.FunctionType, helper_cells: dict[str, types.CellType], up
     original = copy.deepcopy(src.tree)
     first = src.tree.args.posonlyargs + src.tree.args.args
     effects.mark(src.tree, calls[0], calls[1], first[0].arg if calls[0] and first else None)
-    ctx = Context(src, helpers=helper_cells, unroll=unroll, hosted=hosted)
+    ctx = Context(src, helpers=helper_cells, unroll=unroll, hosted=hosted, files=files | {src.file})
     tree = pipeline.run(ctx, upto, dispatch=dispatch)
     new_fn, filename, _ = codegen.build(ctx, tree)
     if ctx.whole is not None:
@@ -285,12 +286,13 @@ def _plan(model: torch.nn.Module, method: str, unroll: UnrollOption | None = Non
                 dynamic.add(fn)
                 changed = True
     cells = {h: types.CellType() for h in dynamic & helper_fns}
+    files = model_files(model, functions)
     done: dict[types.FunctionType, _Rewritten] = {}
     known = _Effects()
     for fn in dynamic:
         refs = _referenced(fn, cells)
         done[fn] = _rewrite(fn, {name: cells[h] for name, h in refs.items()}, unroll=unroll if fn in top else None,
-                            calls=known.calls(fn, _owners(fn, targets)))
+                            calls=known.calls(fn, _owners(fn, targets)), files=files)
     for h, cell in cells.items():
         cell.cell_contents = done[h].fn
     return [t for t in targets if t.fn in done], done, cells
@@ -412,6 +414,21 @@ class DispatchPlan:
         return (target.owner, target.attr, _bind(target, fn))
 
 
+def model_files(model: torch.nn.Module, functions: Any) -> frozenset[str]:
+    """The source files of the model's module classes (and their bases) and of `functions`: where
+    code that reads a module's attributes may live."""
+    found = {fn.__code__.co_filename for fn in functions}
+    for cls in {type(m) for m in model.modules()}:
+        for base in cls.__mro__:
+            if base.__module__.startswith("torch."):
+                continue
+            try:
+                found.add(inspect.getsourcefile(base) or "")
+            except TypeError:  # a builtin base
+                continue
+    return frozenset(f for f in found if f and not f.startswith("<"))
+
+
 def dispatch_plan(model: torch.nn.Module, method: str = "forward") -> DispatchPlan:
     """Rewrite `model.<method>` and every user method it reaches that branches, for the dispatch host."""
     if not callable(getattr(model, method, None)):
@@ -426,6 +443,7 @@ def dispatch_plan(model: torch.nn.Module, method: str = "forward") -> DispatchPl
         chosen.insert(0, _library_root(model, method))
     hosts = {id(t.owner) for t in chosen if t.attr == "forward" and isinstance(t.owner, torch.nn.Module)}
     known = _Effects()
+    files = model_files(model, [t.fn for t in targets])
     for target in chosen:
         fn = target.fn
         owner = target.owner
@@ -433,7 +451,8 @@ def dispatch_plan(model: torch.nn.Module, method: str = "forward") -> DispatchPl
             if isinstance(owner, torch.nn.Module) else frozenset()
         refs = _referenced(fn, cells)
         done = _rewrite(fn, {name: cells[h] for name, h in refs.items()}, dispatch=True, hosted=hosted,
-                        calls=((), ()) if fn is library_root.library_forward else known.calls(fn, _owners(fn, targets)))
+                        calls=((), ()) if fn is library_root.library_forward else known.calls(fn, _owners(fn, targets)),
+                        files=files)
         dispatch.append((target, done.fn))
         record.functions.append(done.record)
     staged = [(t.owner, t.attr, _bind(t, staged_done[t.fn].fn)) for t in staged_targets]

@@ -36,6 +36,9 @@ class Context:
     # dispatch rewrite: (tail island, the method's positional parameters) when the island is the
     # whole body and takes only parameters, so the host may call its program directly
     whole: Any = None
+    # the source files of the model's modules and the functions it calls: where other code may
+    # read an attribute the function assigns (converters/self_attributes.py)
+    files: frozenset = frozenset()
 
     def fresh(self, stem: str) -> str:
         self.counter += 1

@@ -546,13 +546,14 @@ def _stage(island: ast.FunctionDef, ctx: Context) -> None:
     from dycl_jax.rewrite.pipeline import PIPELINE  # the pipeline module imports this one
 
     sub = Context(dataclasses.replace(ctx.src, tree=island), ctx.sites, ctx.warnings, ctx.helpers,
-                  counter=ctx.counter)
+                  counter=ctx.counter, files=ctx.files)
     island._dycl_aliases = getattr(ctx.src.tree, "_dycl_aliases", None)  # type: ignore[attr-defined]  (the method's names)
     scopes = user_scopes(island)[::-1]
     for scope in scopes:
         scope._dycl_user_locals = function_locals(scope)  # type: ignore[attr-defined]
     # (bounded_rows: never in an island; the dispatch host runs a row selection with its exact row count)
-    done = {"bounded_rows", "super_calls", "side_effects", "helpers"}
+    # (self_attributes: the method's own attributes are its locals already; those left are read elsewhere)
+    done = {"bounded_rows", "super_calls", "side_effects", "self_attributes", "helpers"}
     for stage, convert_scope in PIPELINE:
         if stage not in done:
             for scope in scopes:

@@ -13,7 +13,8 @@ any local (a cond output, a loop carry) instead of assigning a module attribute 
 
 The module attribute itself is then never assigned by the converted method: only an attribute
 that nothing else reads is kept local, i.e. no `<expr>.steps` other than `self.steps` in the
-method's source file (a parent reading `self.block.steps` keeps the attribute as it was), no
+source files of the model's modules and functions (`Context.files`; a parent reading
+`self.block.steps` keeps the attribute as it was), no
 nested function or lambda assigning it, no `del`, and no `getattr`/`setattr`/`vars`/`__dict__`
 on `self` in the method. (Its value at the next call is the carried-state check's concern:
 capture/carried_state.py.)
@@ -56,9 +57,13 @@ def _reflects(node: ast.AST, self_name: str) -> bool:
     return _is_self_attr(node, self_name) and node.attr == "__dict__"
 
 
-@functools.lru_cache(maxsize=64)
-def read_elsewhere(file: str, self_name: str) -> frozenset[str]:
-    """Attribute names the file reads from anything but `self` (`blk.steps`, `self.block.steps`)."""
+def read_elsewhere(files: frozenset[str], self_name: str) -> frozenset[str]:
+    """Attribute names the files use on anything but `self` (`blk.steps`, `self.block.steps`)."""
+    return frozenset().union(*(_used_elsewhere(f, self_name) for f in sorted(files)))
+
+
+@functools.lru_cache(maxsize=256)
+def _used_elsewhere(file: str, self_name: str) -> frozenset[str]:
     try:
         with open(file, encoding="utf-8") as f:
             tree = ast.parse(f.read())
@@ -68,7 +73,7 @@ def read_elsewhere(file: str, self_name: str) -> frozenset[str]:
                      and not (isinstance(n.value, ast.Name) and n.value.id == self_name))
 
 
-def _localised(scope: ast.FunctionDef, self_name: str, file: str) -> list[str]:
+def _localised(scope: ast.FunctionDef, self_name: str, files: frozenset[str]) -> list[str]:
     """The attributes to keep local, in order of first assignment."""
     stored: dict[str, None] = {}
     refused: set[str] = set()
@@ -84,7 +89,7 @@ def _localised(scope: ast.FunctionDef, self_name: str, file: str) -> list[str]:
         if is_scope(node) and node is not scope:
             refused |= {n.attr for n in ast.walk(node) if _is_self_attr(n, self_name)
                         and isinstance(n.ctx, (ast.Store, ast.Del))}
-    elsewhere = read_elsewhere(file, self_name)
+    elsewhere = read_elsewhere(files, self_name)
     if "*" in elsewhere:
         return []
     return [a for a in stored if a not in refused and a not in elsewhere and not a.startswith("__")]
@@ -111,7 +116,7 @@ def convert(scope: ast.FunctionDef, ctx: Context) -> None:
     self_name = _self_name(ctx)
     if self_name is None:
         return
-    attrs = _localised(scope, self_name, ctx.src.file)
+    attrs = _localised(scope, self_name, ctx.files or frozenset({ctx.src.file}))
     if not attrs:
         return
     # (not a `_dycl_` name: the converters after this one take those for single-assignment temporaries)
