@@ -473,19 +473,21 @@ class DispatchHost:
     def _learn_way(self, st: RegionState, vals: tuple, picks: list[int | None], tensors: Sequence[Any]) -> None:
         """Keep the program this call ran as the quick way for its signature (host/whole.py), where
         nothing runs around its call: every input one leaf (the module, or a tensor argument), no
-        update of an input, no view tracked, every output the program's own."""
+        update of an input, no view tracked, every output the program's own. A signature without
+        one is remembered too, so its later calls do not look again."""
+        if self._quick.known(tensors):
+            return
         part = st.parts[0]
         leaves, _, key = values.call_key(vals, None, True)
         entry = part.cache.get(key)
-        if type(entry) is not Compiled or not entry._plain or entry.mutated or entry.tracked or entry.conditional \
-                or part.appends or part.in_place or part.same or part.changes or not self._flat_args \
-                or len(leaves) != len(vals) or any(a is not b for a, b in zip(leaves, vals)):
-            return
-        tensor_of = {i: j for j, i in enumerate(self.tensor_index)}  # argument position -> tensor position
-        order = [tensor_of.get(picks[k]) if picks[k] is not None else None for k in entry.tensor_leaves]
-        if None in order:
-            return
-        self._quick.learn(tensors, whole.Way(st, part, entry, tuple(order)))
+        order: list[int | None] = [None]
+        if type(entry) is Compiled and entry._plain and not (entry.mutated or entry.tracked or entry.conditional) \
+                and not (part.appends or part.in_place or part.same or part.changes) and self._flat_args \
+                and len(leaves) == len(vals) and all(a is b for a, b in zip(leaves, vals)):
+            tensor_of = {i: j for j, i in enumerate(self.tensor_index)}  # argument position -> tensor position
+            order = [tensor_of.get(picks[k]) if picks[k] is not None else None for k in entry.tensor_leaves]
+        way = None if None in order else whole.Way(st, part, entry, tuple(order))  # type: ignore[arg-type]
+        self._quick.learn(tensors, way)
 
     def train_call(self, state: Sequence[Any], tensors: Sequence[Any], key: Any,
                    updated: Sequence[int]) -> tuple[Any, tuple[Any, ...]]:
@@ -921,8 +923,8 @@ class DispatchHost:
             before = self.attrs.snapshot()
             # the method's whole-body island: what it writes to a module attribute no later code of
             # this call reads (the host puts attributes back after each call), so it stays no slot
-            whole = self._whole is not None and spec is self._whole[0]
-            self._written = None if whole else []
+            whole_body = self._whole is not None and spec is self._whole[0]
+            self._written = None if whole_body else []
             try:
                 callers = frozenset(i for i, v in enumerate(leaves) if id(v) in self._arg_ids)
                 cap = capture_call(self.root, self._body(spec, part, fns), torch_args, self._capture_context, callers,

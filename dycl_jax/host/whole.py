@@ -33,13 +33,18 @@ class WholeIsland:
     so calling that program directly gives what the host gives."""
 
     def __init__(self) -> None:
-        self.ways: dict[tuple, Way] = {}
+        self.ways: dict[tuple, Way | None] = {}
 
     @staticmethod
     def key(tensors: Sequence[Any]) -> tuple:
         return tuple([(t.shape, t.dtype) for t in tensors])
 
-    def learn(self, tensors: Sequence[Any], way: Way) -> None:
+    def known(self, tensors: Sequence[Any]) -> bool:
+        """Whether this signature was learned already (with a way or without one)."""
+        return self.key(tensors) in self.ways
+
+    def learn(self, tensors: Sequence[Any], way: Way | None) -> None:
+        """This signature's way, or None where its program needs the host's own way."""
         self.ways[self.key(tensors)] = way
 
     def call(self, regions: dict, spec_id: int, state: Sequence[Any], tensors: Sequence[Any]) -> Any:

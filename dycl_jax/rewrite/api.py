@@ -132,7 +132,7 @@ def _rewrite(fn: types.FunctionType, helper_cells: dict[str, types.CellType], up
     original = copy.deepcopy(src.tree)
     first = src.tree.args.posonlyargs + src.tree.args.args
     effects.mark(src.tree, calls[0], calls[1], first[0].arg if calls[0] and first else None)
-    ctx = Context(src, helpers=helper_cells, unroll=unroll, hosted=hosted, files=files | {src.file})
+    ctx = Context(src, helpers=helper_cells, unroll=unroll, hosted=hosted, files=files)
     tree = pipeline.run(ctx, upto, dispatch=dispatch)
     new_fn, filename, _ = codegen.build(ctx, tree)
     if ctx.whole is not None:

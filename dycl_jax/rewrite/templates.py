@@ -40,6 +40,10 @@ class Context:
     # read an attribute the function assigns (converters/self_attributes.py)
     files: frozenset = frozenset()
 
+    def source_files(self) -> frozenset:
+        """`files` and the function's own file."""
+        return self.files | {self.src.file}
+
     def fresh(self, stem: str) -> str:
         self.counter += 1
         return f"_dycl_{stem}_{self.counter}"

@@ -37,6 +37,13 @@ class FunctionSource:
     def line(self) -> int:
         return self.tree.lineno
 
+    @property
+    def self_name(self) -> str | None:
+        """The method's first parameter (`self`) where a class defines it. Read from the function
+        itself: a tree a converter made from it (an island, parameters sorted) has others first."""
+        code = self.fn.__code__
+        return code.co_varnames[0] if self.class_name and code.co_argcount else None
+
     def location(self, line: int) -> Location:
         code = self.file_lines[line - 1] if 0 < line <= len(self.file_lines) else ""
         return Location(self.file, line, code.rstrip("\n"))

@@ -219,8 +219,7 @@ def _refuse_attribute_stores(body: list[ast.stmt], what: str, ctx_src) -> None:
     each path would assign it once while traced. A call that refuses it goes before it, so the
     staged program (or an island of the dispatch host, which then runs its host version) is
     refused where it runs, while the dispatch host's own rewrite keeps the assignment."""
-    params = ctx_src.tree.args.posonlyargs + ctx_src.tree.args.args
-    self_name = params[0].arg if params and ctx_src.class_name else None
+    self_name = ctx_src.self_name
     if self_name is None:
         return
     for i in range(len(body) - 1, -1, -1):

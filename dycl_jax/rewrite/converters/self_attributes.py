@@ -30,12 +30,6 @@ _REFLECTION = {"getattr", "setattr", "delattr", "hasattr", "vars"}
 LOCAL_PREFIX = "dycl_self__"  # + the attribute's name: the local that holds `self.<name>`
 
 
-def _self_name(ctx: Context) -> str | None:
-    top = ctx.src.tree
-    params = top.args.posonlyargs + top.args.args
-    return params[0].arg if params and ctx.src.class_name else None
-
-
 def _own_nodes(scope: ast.FunctionDef):
     """Every node of the function outside nested functions, lambdas and classes."""
     stack: list[ast.AST] = list(scope.body)
@@ -113,10 +107,10 @@ class _ToLocal(ast.NodeTransformer):
 def convert(scope: ast.FunctionDef, ctx: Context) -> None:
     if scope is not ctx.src.tree:
         return
-    self_name = _self_name(ctx)
+    self_name = ctx.src.self_name
     if self_name is None:
         return
-    attrs = _localised(scope, self_name, ctx.files or frozenset({ctx.src.file}))
+    attrs = _localised(scope, self_name, ctx.source_files())
     if not attrs:
         return
     # (not a `_dycl_` name: the converters after this one take those for single-assignment temporaries)

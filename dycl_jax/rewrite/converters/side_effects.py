@@ -64,8 +64,7 @@ def _self_reads(fn: ast.FunctionDef, self_name: str, skip: set[int]) -> set[str]
 
 def convert(scope: ast.FunctionDef, ctx: Context) -> None:
     top = ctx.src.tree
-    params = top.args.posonlyargs + top.args.args
-    self_name = params[0].arg if params and ctx.src.class_name else None
+    self_name = ctx.src.self_name
     local = function_locals(scope)
     found = [(s, block, _candidate(s, self_name, local)) for s, block in own_statements(scope)]
     found = [(s, block, what) for s, block, what in found if what is not None]
@@ -73,7 +72,7 @@ def convert(scope: ast.FunctionDef, ctx: Context) -> None:
         return
     still_read = _self_reads(top, self_name, {id(s) for s, _, _ in found}) if self_name else set()
     if self_name:  # another module's code may read it (`self.block.open` in the parent's forward)
-        elsewhere = read_elsewhere(ctx.files or frozenset({ctx.src.file}), self_name)
+        elsewhere = read_elsewhere(ctx.source_files(), self_name)
         still_read |= {what for _, _, what in found if what in elsewhere or "*" in elsewhere}
     for s, block, what in found:
         if what not in ("print", "log") and what in still_read:
