@@ -297,6 +297,7 @@ def program(seed: int, extended: bool = False) -> str:
         "    def forward(self, h):", *_indent(_indent(sub_body)), "", "",
         "class Fuzzed(nn.Module):", "    def __init__(self):", "        super().__init__()", *layers,
         "        self.sub = Sub()", "",
+        *(attributes.methods() if attributes else []),
         "    def forward(self, h):", *_indent(_indent(body)), "",
     ])
 

@@ -51,8 +51,8 @@ def _convert_watching(model: nn.Module, args: tuple) -> tuple[Any, list[tuple[in
     seen: list[tuple[int, staged.Traced]] = []
     real = staged.trace
 
-    def spy(fn, operands):
-        out = real(fn, operands)
+    def spy(fn, operands, site):
+        out = real(fn, operands, site)
         seen.append((operands.n_user, out))
         return out
 

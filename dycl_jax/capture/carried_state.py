@@ -15,6 +15,7 @@ from typing import Any
 import torch
 import torch.utils._pytree as pytree
 
+from dycl_jax.capture import state_updates
 from dycl_jax.errors import DyclError, Location, limitation
 
 _SKIP = {"training"}  # (the host sets the mode itself)
@@ -30,6 +31,7 @@ def check_no_carried_state(model: torch.nn.Module, args: tuple, method: str) -> 
     if not callable(fn):
         return  # the conversion reports a missing method itself
     before = _snapshot(model)
+    tensors = state_updates.save(model)
     modes = [(m, m.training) for m in model.modules()]  # (a submodule may have a mode of its own)
     model.eval()  # as the conversion runs it
     try:
@@ -39,6 +41,9 @@ def check_no_carried_state(model: torch.nn.Module, args: tuple, method: str) -> 
                 first = fn(*_fresh(args))
             except Exception:  # noqa: BLE001  (the conversion itself reports a model that fails on its example)
                 return
+            moved_tensors = state_updates.updated(tensors)
+            if moved_tensors:
+                raise state_updates.refusal(moved_tensors, state_updates.locate(fn, _fresh(args), tensors))
             settled = _snapshot(model)
             if not _changed(before, settled):
                 return
@@ -51,6 +56,7 @@ def check_no_carried_state(model: torch.nn.Module, args: tuple, method: str) -> 
                 raise _refusal(moved, failure)
     finally:
         _restore(before)
+        state_updates.restore(tensors)  # the conversion leaves the model's tensors as they were
         for m, training in modes:
             m.training = training
 

@@ -773,6 +773,7 @@ class DispatchHost:
         # the user's code reads weights from the torch module: this call's state values, where they differ
         with _land(True), torch.no_grad(), guard, self._module_state.swapped(self._state):
             # (values cross to JAX as arrays: no autograd graph needed)
+            watch = None if self.train else self._module_state.watch()
             if part.in_torch is None and jax_ops.calls_higher_order(fns[part.first:part.stop]):
                 part.in_torch = "calls a torch higher-order op (torch.cond, while_loop, ...)"
             roots: dict[int, torch.Tensor] = {}  # what the results of view ops view (jax_ops computes copies)
@@ -791,6 +792,9 @@ class DispatchHost:
                 torch_leaves, inputs, versions = self._host_inputs(leaves)
                 vals, attrs = jax.tree_util.tree_unflatten(tree, torch_leaves)
                 outs, new_attrs = self._body(spec, part, fns)(rejoined(vals, shared), attrs)
+            if watch is not None:  # eval mode: a buffer updated here would not reach the compiled regions
+                self._module_state.refuse_updates(watch, Location(spec.file, spec.statements[part.first].line,
+                                                                  spec.statements[part.first].code), self._state)
         changed = {id(t) for t, v in zip(inputs, versions) if t._version != v}
         mutated = tuple(i for i, t in enumerate(torch_leaves) if id(t) in changed)
         if mutated and self.families:  # its torch copies share no memory with a view's other arrays
@@ -838,8 +842,12 @@ class DispatchHost:
             # no tensor in: run it as Python; if no tensor comes out and no attribute changes, it stays Python
             probe_vals, probe_attrs = jax.tree_util.tree_unflatten(tree, leaves)
             before = self.attrs.snapshot()
+            watch = None if self.train else self._module_state.watch()
             with _land(True), torch.no_grad():
                 outs, _ = self._body(spec, part, fns)(probe_vals, probe_attrs)
+            if watch is not None:  # `self.calls += 1` takes no tensor in, yet updates the module's buffer
+                self._module_state.refuse_updates(watch, Location(spec.file, spec.statements[part.first].line,
+                                                                  spec.statements[part.first].code), self._state)
             quiet = not self.attrs.changed(before)
             self.attrs.restore(before)
             if quiet and not any(isinstance(v, torch.Tensor) for v in leaves_in_order(outs)):

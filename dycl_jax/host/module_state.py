@@ -10,6 +10,8 @@ import jax
 import torch
 from torch.nn.utils import stateless
 
+from dycl_jax.capture import state_updates
+from dycl_jax.errors import Location
 from dycl_jax.host import values
 
 
@@ -46,3 +48,25 @@ class ModuleState:
             if own is None or own.shape != value.shape or not torch.equal(own.detach(), value.to(own.dtype)):
                 out[path] = value if own is None else value.to(own.dtype)
         return out
+
+    def watch(self) -> state_updates.Versions:
+        """The module's tensors and their versions, before a host statement runs."""
+        return state_updates.versions(self.root)
+
+    def refuse_updates(self, before: state_updates.Versions, location: Location, state: Sequence[Any]) -> None:
+        """Refuse a host statement that updated one of the module's tensors (eval mode): the
+        compiled regions read the call's state values, never the torch module, and torch would keep
+        the value for the next call. The module gets back the values it had (the state's)."""
+        moved = state_updates.updated(before)
+        if not moved:
+            return
+        with torch.no_grad():
+            for name, t in zip(before.names, before.tensors):
+                if name not in moved:
+                    continue
+                i = self.paths.get(name)
+                value = values.to_torch(state[i]) if i is not None else None
+                if isinstance(value, torch.Tensor) and value.shape == t.shape:
+                    t.copy_(value.to(t.dtype))
+                state_updates.rebind(self.root, name, t)
+        raise state_updates.refusal(moved, location)

@@ -93,9 +93,9 @@ class UnrollOption:
 def _rewrite(fn: types.FunctionType, helper_cells: dict[str, types.CellType], upto: str | None = None,
              dispatch: bool = False, unroll: UnrollOption | None = None, hosted: frozenset = frozenset(),
              calls: tuple[effects.CallEffects, effects.CallEffects] = ((), ()),
-             files: frozenset = frozenset()) -> _Rewritten:
+             files: frozenset = frozenset(), root: bool = False, registered: frozenset = frozenset()) -> _Rewritten:
     key = (fn.__code__, id(fn.__globals__), tuple(sorted((k, id(v)) for k, v in helper_cells.items())), upto,
-           dispatch, unroll, hosted, calls, files)
+           dispatch, unroll, hosted, calls, files, root, registered)
     if key in _CACHE:
         return _CACHE[key]
     src = read_function(fn)
@@ -132,7 +132,7 @@ def _rewrite(fn: types.FunctionType, helper_cells: dict[str, types.CellType], up
     original = copy.deepcopy(src.tree)
     first = src.tree.args.posonlyargs + src.tree.args.args
     effects.mark(src.tree, calls[0], calls[1], first[0].arg if calls[0] and first else None)
-    ctx = Context(src, helpers=helper_cells, unroll=unroll, hosted=hosted, files=files)
+    ctx = Context(src, helpers=helper_cells, unroll=unroll, hosted=hosted, files=files, root=root, registered=registered)
     tree = pipeline.run(ctx, upto, dispatch=dispatch)
     new_fn, filename, _ = codegen.build(ctx, tree)
     if ctx.whole is not None:
@@ -287,12 +287,14 @@ def _plan(model: torch.nn.Module, method: str, unroll: UnrollOption | None = Non
                 changed = True
     cells = {h: types.CellType() for h in dynamic & helper_fns}
     files = model_files(model, functions)
+    roots = _roots(model, method, targets)
     done: dict[types.FunctionType, _Rewritten] = {}
     known = _Effects()
     for fn in dynamic:
         refs = _referenced(fn, cells)
         done[fn] = _rewrite(fn, {name: cells[h] for name, h in refs.items()}, unroll=unroll if fn in top else None,
-                            calls=known.calls(fn, _owners(fn, targets)), files=files)
+                            calls=known.calls(fn, _owners(fn, targets)), files=files, root=fn in roots,
+                            registered=_registered(fn, targets))
     for h, cell in cells.items():
         cell.cell_contents = done[h].fn
     return [t for t in targets if t.fn in done], done, cells
@@ -429,6 +431,19 @@ def model_files(model: torch.nn.Module, functions: Any) -> frozenset[str]:
     return frozenset(f for f in found if f and not f.startswith("<"))
 
 
+def _registered(fn: types.FunctionType, targets: Sequence[disc.Target]) -> frozenset[str]:
+    """Names of the parameters, buffers and submodules of the modules `fn` runs bound to."""
+    return frozenset(k for o in _owners(fn, targets) if isinstance(o, torch.nn.Module)
+                     for k in (*o._parameters, *o._buffers, *o._modules))
+
+
+def _roots(model: torch.nn.Module, method: str, targets: Sequence[disc.Target]) -> set[types.FunctionType]:
+    """The converted method's function, where nothing else the model reaches runs it too: it runs
+    once per call (a method of several instances, or a helper, may run several times)."""
+    return {t.fn for t in targets if t.owner is model and t.attr == method
+            and sum(u.fn is t.fn for u in targets) == 1}
+
+
 def dispatch_plan(model: torch.nn.Module, method: str = "forward") -> DispatchPlan:
     """Rewrite `model.<method>` and every user method it reaches that branches, for the dispatch host."""
     if not callable(getattr(model, method, None)):
@@ -444,6 +459,7 @@ def dispatch_plan(model: torch.nn.Module, method: str = "forward") -> DispatchPl
     hosts = {id(t.owner) for t in chosen if t.attr == "forward" and isinstance(t.owner, torch.nn.Module)}
     known = _Effects()
     files = model_files(model, [t.fn for t in targets])
+    roots = _roots(model, method, targets)
     for target in chosen:
         fn = target.fn
         owner = target.owner
@@ -452,7 +468,7 @@ def dispatch_plan(model: torch.nn.Module, method: str = "forward") -> DispatchPl
         refs = _referenced(fn, cells)
         done = _rewrite(fn, {name: cells[h] for name, h in refs.items()}, dispatch=True, hosted=hosted,
                         calls=((), ()) if fn is library_root.library_forward else known.calls(fn, _owners(fn, targets)),
-                        files=files)
+                        files=files, root=fn in roots, registered=_registered(fn, targets))
         dispatch.append((target, done.fn))
         record.functions.append(done.record)
     staged = [(t.owner, t.attr, _bind(t, staged_done[t.fn].fn)) for t in staged_targets]

@@ -41,6 +41,11 @@ def lifted(root: torch.nn.Module) -> Iterator[None]:
             lazy_state.forget()  # the capture is over: its probes belong to its fake mode
 
 
+def roots() -> list[torch.nn.Module]:
+    """The models whose staged branches are being traced now."""
+    return list(_ROOTS)
+
+
 def current() -> tuple[list[tuple[dict, str]], list[int], list[torch.Tensor]]:
     """(slots, slot → operand index, unique tensors) of the state as it is right now."""
     slots: list[tuple[dict, str]] = []

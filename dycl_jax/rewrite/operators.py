@@ -53,16 +53,17 @@ def attribute(obj: Any, attr: str) -> Any:
         return Undefined(f"self.{attr}")
 
 
-def refuse_attribute_store(attr: str, what: str, file: str, line: int, code: str) -> None:
-    """Before an assignment to a module attribute that other code reads, inside a data-dependent
-    construct (converters/branches.py): staged, each path would assign it once while traced. Run
-    as Python (a test that is a Python value at run time), the assignment is exact: no refusal."""
+def refuse_attribute_store(what: str, file: str, line: int, code: str) -> None:
+    """Before a statement that changes module state (converters/attribute_stores.py). Staged, a
+    branch or loop body traced as a graph would run the change once per path at trace time, so
+    it is refused there; run as Python (the dispatch host, a test that is a Python value at run
+    time, straight-line code) the change is exact: no refusal."""
     if not (staged.in_construct() or modes.reach() is not None):
         return
     raise DyclError(
-        f"`{attr}` is assigned inside {what}, which depends on tensor data, and other code reads it "
-        f"(`.{attr.rsplit('.', 1)[-1]}` outside this method): a staged branch or loop cannot assign a module "
-        "attribute per path", location=Location(file, line, code),
+        f"`{what}` changes a module attribute (or an object's attribute) while a branch or loop that "
+        "depends on tensor data is staged: a staged path runs such a change once, when it is traced, "
+        "whatever the data decides", location=Location(file, line, code),
         fix='convert with host="auto" (the default) or host="dispatch": that host runs this construct in Python')
 
 

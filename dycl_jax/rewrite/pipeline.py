@@ -6,7 +6,7 @@ from typing import Callable
 
 from dycl_jax.analysis.aliases import Aliases
 from dycl_jax.analysis.scopes import function_locals
-from dycl_jax.rewrite.converters import (bounded_rows, branches, chosen_receivers, closure_refresh, counted_while, decode_loops, dispatch_split, helpers, host_reads, host_values, jump_else, logical, loop_exits, predicates,
+from dycl_jax.rewrite.converters import (attribute_stores, bounded_rows, branches, chosen_receivers, closure_refresh, counted_while, decode_loops, dispatch_split, helpers, host_reads, host_values, jump_else, logical, loop_exits, predicates,
                                          returns, self_attributes, side_effects, structured, super_calls, tensor_data,
                                          ternary, undefined_init, unread_lists)
 from dycl_jax.rewrite.templates import Context, user_scopes
@@ -22,6 +22,7 @@ PIPELINE: list[tuple[str, Callable[[ast.FunctionDef, Context], None]]] = [
     ("side_effects", side_effects.convert),
     ("unread_lists", unread_lists.convert),  # after side_effects: a dropped `self.log = xs` was a read of xs
     ("self_attributes", self_attributes.convert),  # after side_effects: an attribute no output reads is gone
+    ("attribute_stores", attribute_stores.convert),  # after self_attributes: its locals need no guard
     ("helpers", helpers.convert),
     ("tensor_data", tensor_data.convert),
     ("predicates", predicates.convert),
@@ -48,6 +49,7 @@ DISPATCH_PIPELINE: list[tuple[str, Callable[[ast.FunctionDef, Context], None]]] 
     ("side_effects", side_effects.convert),
     ("unread_lists", unread_lists.convert),
     ("self_attributes", self_attributes.convert),  # the same locals as the staged rewrite (islands)
+    ("attribute_stores", attribute_stores.convert),  # islands keep the guards
     ("helpers", helpers.convert),
     ("counted_while", counted_while.convert),  # the loop can then be one staged island
     ("predicates", predicates.convert),  # static marks; `.item()` in dynamic tests stays a tensor

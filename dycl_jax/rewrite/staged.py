@@ -21,8 +21,8 @@ from torch._higher_order_ops.while_loop import while_loop_op
 from torch.fx.experimental.proxy_tensor import disable_proxy_modes_tracing
 from torch.utils._mode_utils import no_dispatch
 
-from dycl_jax.errors import DyclError, StagedAliasError, raised_by_us
-from dycl_jax.rewrite import constants, lazy_state, lifting, modes, names, padding, plan as plans, state_writes
+from dycl_jax.errors import DyclError, StagedAliasError, limitation, raised_by_us
+from dycl_jax.rewrite import attribute_watch, constants, lazy_state, lifting, modes, names, padding, plan as plans, state_writes
 from dycl_jax.rewrite.sites import ON_DISPATCH, Site
 
 
@@ -141,7 +141,7 @@ def in_construct() -> bool:
     return _TRACING[0] > 0
 
 
-def trace(fn: Callable, operands: Operands) -> Traced:
+def trace(fn: Callable, operands: Operands, site: Site) -> Traced:
     """Trace `fn` (called through `operands`) into a graph of the operand tensors it reads.
 
     The model state goes in as probes (lazy_state.py), and the graph's inputs are the user
@@ -161,6 +161,7 @@ def trace(fn: Callable, operands: Operands) -> Traced:
         return [v for v in flat if isinstance(v, torch.Tensor)] + [writes[s] for s in sorted(writes)]
 
     _TRACING[0] += 1
+    watch = attribute_watch.snapshot(lifting.roots())
     try:
         try:
             gm: torch.fx.GraphModule | None = materialize_as_graph(raw, tuple(operands.tensors[:n]))
@@ -175,6 +176,7 @@ def trace(fn: Callable, operands: Operands) -> Traced:
             inputs = list(range(len(operands.tensors)))
     finally:
         _TRACING[0] -= 1
+    attribute_watch.refuse_changes(watch, site)
     _inline_scalar_constants(gm)
     return Traced(gm, side["flat"], side["spec"], inputs, side["writes"])
 
@@ -217,6 +219,21 @@ def _pure(site: Site, written: Any, values: dict[str, Any]) -> bool:
                                    for n in site.owned)
 
 
+def _refuse_eval_writes(site: Site, ops: Operands, written: Any) -> None:
+    """A construct that updates a buffer or tensor attribute outside training mode: torch keeps the
+    value for the next call, a converted model starts each call from the values at conversion
+    (the eager check of capture/state_updates.py sees only the example's path)."""
+    if not written or any(r.training for r in lifting.roots()):
+        return  # train mode: BatchNorm statistics, returned as state updates
+    key = ops.slots[sorted(written)[0]][1]
+    raise DyclError(
+        f"{site.construct}: a path updates the model's tensor `{key}` in place in eval mode: torch keeps the new "
+        "value for the next call, while a converted model starts every call from the values at conversion",
+        location=site.location,
+        fix=limitation(f"in-place updates of the model's own tensors (`{key}`) outside training mode",
+                       "dycl_jax/rewrite/staged.py, _refuse_eval_writes"))
+
+
 def _views_refused(site: Site, what: str) -> StagedAliasError:
     """Refuse a construct that updates a tensor in place while `what` holds (one tensor a view
     of another): a staged construct takes them as separate arrays."""
@@ -256,10 +273,11 @@ def choice(site: Site, preds: list[torch.Tensor], indices: list[int], fns: list[
            placeholders: str) -> tuple[plans.Plan, list[torch.Tensor]]:
     """torch.cond (two paths) or a chain of torch.cond on a branch index (elif chains)."""
     ops = Operands(inputs)
-    traced = [trace(fn, ops) for fn in fns]
+    traced = [trace(fn, ops, site) for fn in fns]
     values = [t.values for t in traced]
     plan, pads = padding.unify(site, values, placeholders) if site.pad else (plans.build(site, values, placeholders), None)
     written = sorted({s for t in traced for s in t.writes})  # state slots some branch updates
+    _refuse_eval_writes(site, ops, written)
     if plan.n_tensors == 0 and not written:
         return plan, []
     names.record(site.label, plan.tensor_names(site))
@@ -320,7 +338,7 @@ def loop(site: Site, test_fn: Callable, body_fn: Callable, carry: tuple, invaria
             example = pytree.tree_map_only(torch.Tensor, torch.clone, current)
         ops = Operands(example, invariants, carried=1)
         try:
-            body = trace(body_fn, ops)
+            body = trace(body_fn, ops, site)
         except DyclError:
             raise
         except Exception as exc:
@@ -366,10 +384,11 @@ def loop(site: Site, test_fn: Callable, body_fn: Callable, carry: tuple, invaria
         final = Operands(plan.rebuild(init), invariants, carried=1)
 
     names.record(site.label, plan.tensor_names(site))
-    test_gm = trace(lambda *a: (as_pred(test_fn(*a)),), ops)
+    test_gm = trace(lambda *a: (as_pred(test_fn(*a)),), ops, site)
     # state the body updates (train-mode BatchNorm statistics) is carried too: each iteration
     # reads the value the previous one wrote, and the last one's is written after the loop
     written = body.writes
+    _refuse_eval_writes(site, final, written)
     slot_ops = [final.index[s] for s in written]
     w = len(written)
     keep = [j for j in _used([test_gm, body], n) if n + j not in slot_ops]  # invariants and state the loop reads

@@ -39,6 +39,12 @@ class Context:
     # the source files of the model's modules and the functions it calls: where other code may
     # read an attribute the function assigns (converters/self_attributes.py)
     files: frozenset = frozenset()
+    # the converted method itself, called once per call (not a helper or submodule method, which may
+    # run several times in one call): where an attribute may be a local (converters/self_attributes.py)
+    root: bool = False
+    # names of the parameters, buffers and submodules of the instances it runs on: module state the
+    # model keeps from one call to the next, never a local (converters/self_attributes.py)
+    registered: frozenset = frozenset()
 
     def source_files(self) -> frozenset:
         """`files` and the function's own file."""

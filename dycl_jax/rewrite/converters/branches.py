@@ -210,38 +210,3 @@ def check_body(body: list[ast.stmt], what: str, ctx_src) -> None:
                             location=ctx_src.location(s.lineno), fix="return a tensor instead of yielding")
         if not is_scope(s):
             stack.extend(ast.iter_child_nodes(s))
-    _refuse_attribute_stores(body, what, ctx_src)
-
-
-def _refuse_attribute_stores(body: list[ast.stmt], what: str, ctx_src) -> None:
-    """An assignment to a module attribute (`self.open = 1`) inside the construct, which another
-    module's code reads (one only this method reads is a local by now: self_attributes.py): staged,
-    each path would assign it once while traced. A call that refuses it goes before it, so the
-    staged program (or an island of the dispatch host, which then runs its host version) is
-    refused where it runs, while the dispatch host's own rewrite keeps the assignment."""
-    self_name = ctx_src.self_name
-    if self_name is None:
-        return
-    for i in range(len(body) - 1, -1, -1):
-        s = body[i]
-        targets = s.targets if isinstance(s, ast.Assign) else [s.target] \
-            if isinstance(s, (ast.AugAssign, ast.AnnAssign)) else []
-        stored = [a for t in targets for n in ast.walk(t) if (a := _self_store(n, self_name)) is not None]
-        if stored:
-            loc = ctx_src.location(s.lineno)
-            refuse = op_call("refuse_attribute_store", const(stored[0]), const(what), const(loc.file),
-                             const(loc.line), const(loc.code))
-            body.insert(i, locate(ast.Expr(value=refuse), s))
-        elif not is_scope(s):
-            for inner in stmt_blocks(s):
-                _refuse_attribute_stores(inner, what, ctx_src)
-
-
-def _self_store(node: ast.AST, self_name: str | None) -> str | None:
-    """`self.a` / `self.a.b` for an assignment to an attribute reached from `self`, else None."""
-    if self_name is None or not isinstance(node, ast.Attribute) or not isinstance(node.ctx, ast.Store):
-        return None
-    root = node.value
-    while isinstance(root, ast.Attribute):
-        root = root.value
-    return ast.unparse(node) if isinstance(root, ast.Name) and root.id == self_name else None

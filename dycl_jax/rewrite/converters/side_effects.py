@@ -72,7 +72,7 @@ def convert(scope: ast.FunctionDef, ctx: Context) -> None:
         return
     still_read = _self_reads(top, self_name, {id(s) for s, _, _ in found}) if self_name else set()
     if self_name:  # another module's code may read it (`self.block.open` in the parent's forward)
-        elsewhere = read_elsewhere(ctx.source_files(), self_name)
+        elsewhere = read_elsewhere(ctx.source_files(), ctx.src.file, ctx.src.line)
         still_read |= {what for _, _, what in found if what in elsewhere or "*" in elsewhere}
     for s, block, what in found:
         if what not in ("print", "log") and what in still_read:

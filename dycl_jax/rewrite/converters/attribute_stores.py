@@ -1,0 +1,119 @@
+"""A statement that changes module state through `self` (`self.open = 1`, `self.stats["n"] = v`,
+`self.hist.append(i)`, `setattr(self, name, v)`) gets a `refuse_attribute_store` call before it.
+
+The call does nothing where the statement runs as Python. It raises a located error while a
+staged branch or loop body is traced (`staged.in_construct()`, or a padded program's reach):
+there each path would run the change once, at trace time, whatever the data decides, and the
+module would keep the traced value. The check is made when the statement runs, not where it is
+written, so a helper method that changes an attribute is refused when a data-dependent `if` of
+its caller calls it, and runs as written when its caller calls it unconditionally. `auto` then
+moves the construct to the dispatch host, whose regions take written attributes as state
+(host/attributes.py); an island of that host runs its host version.
+
+An attribute that only the converted method uses is a local by now (self_attributes.py) and is
+carried by branches and loops like any local: no call for it."""
+from __future__ import annotations
+
+import ast
+
+from dycl_jax.rewrite.templates import Context, const, is_scope, locate, op_call, stmt_blocks
+
+# methods that change the list, dict or set they are called on
+_MUTATORS = frozenset({"append", "extend", "insert", "pop", "remove", "clear", "sort", "reverse", "update",
+                       "setdefault", "popitem", "add", "discard", "difference_update", "intersection_update",
+                       "symmetric_difference_update", "__setitem__", "__delitem__"})
+
+
+def _rooted(node: ast.AST, self_name: str) -> bool:
+    """`self.a`, `self.a.b`, `self.a[k].b`: a value reached from an attribute of `self`."""
+    seen_attribute = False
+    while isinstance(node, (ast.Attribute, ast.Subscript)):
+        seen_attribute |= isinstance(node, ast.Attribute)
+        node = node.value
+    return seen_attribute and isinstance(node, ast.Name) and node.id == self_name
+
+
+def _stored(target: ast.AST, self_name: str) -> str | None:
+    """The text of the first module-state target in an assignment or `del` target."""
+    for node in ast.walk(target):
+        if isinstance(node, ast.Attribute) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            root = node.value
+            while isinstance(root, (ast.Attribute, ast.Subscript)):
+                root = root.value
+            # any object's attribute: a staged path would set it once while traced (not a generated name)
+            if not (isinstance(root, ast.Name) and root.id.startswith("_dycl_")):
+                return ast.unparse(node)
+        if isinstance(node, ast.Subscript) and isinstance(node.ctx, (ast.Store, ast.Del)) \
+                and _rooted(node.value, self_name):
+            return ast.unparse(node)
+    return None
+
+
+def _expressions(s: ast.stmt) -> list[ast.AST]:
+    """The expressions a statement itself evaluates (a compound statement's header only)."""
+    if isinstance(s, (ast.If, ast.While)):
+        return [s.test]
+    if isinstance(s, (ast.For, ast.AsyncFor)):
+        return [s.iter]
+    if isinstance(s, (ast.With, ast.AsyncWith)):
+        return [i.context_expr for i in s.items]
+    if isinstance(s, ast.Try) or is_scope(s):
+        return []
+    return [s]
+
+
+def _mutating_call(s: ast.stmt, self_name: str) -> str | None:
+    """The text of a call in the statement that changes state reached from `self`."""
+    stack = _expressions(s)
+    while stack:
+        node = stack.pop()
+        if is_scope(node):
+            continue  # a lambda's body runs where it is called
+        if isinstance(node, ast.Call):
+            f = node.func
+            if isinstance(f, ast.Attribute) and f.attr in _MUTATORS and _rooted(f.value, self_name):
+                return ast.unparse(node)
+            if isinstance(f, ast.Name) and f.id in ("setattr", "delattr") and node.args \
+                    and (isinstance(node.args[0], ast.Name) and node.args[0].id == self_name
+                         or _rooted(node.args[0], self_name)):
+                return ast.unparse(node)
+        stack.extend(ast.iter_child_nodes(node))
+    return None
+
+
+def _changed(s: ast.stmt, self_name: str) -> str | None:
+    if isinstance(s, ast.Assign):
+        targets = s.targets
+    elif isinstance(s, (ast.AugAssign, ast.AnnAssign)):
+        targets = [s.target]
+    elif isinstance(s, ast.Delete):
+        targets = s.targets
+    else:
+        targets = []
+    for t in targets:
+        found = _stored(t, self_name)
+        if found is not None:
+            return found
+    return _mutating_call(s, self_name)
+
+
+def _guard(body: list[ast.stmt], self_name: str, ctx: Context) -> None:
+    for i in range(len(body) - 1, -1, -1):
+        s = body[i]
+        if is_scope(s):
+            continue  # converted as its own scope
+        for inner in stmt_blocks(s):
+            _guard(inner, self_name, ctx)
+        for handler in getattr(s, "handlers", ()):
+            _guard(handler.body, self_name, ctx)
+        what = _changed(s, self_name)
+        if what is not None:
+            loc = ctx.src.location(s.lineno)
+            refuse = op_call("refuse_attribute_store", const(what), const(loc.file), const(loc.line),
+                             const(loc.code))
+            body.insert(i, locate(ast.Expr(value=refuse), s))
+
+
+def convert(scope: ast.FunctionDef, ctx: Context) -> None:
+    self_name = ctx.src.self_name
+    _guard(scope.body, self_name or "", ctx)
