@@ -18,6 +18,7 @@ from dycl_jax.lower.dtypes import INT32_MAX, INT32_MIN, tensor_to_numpy, torch_d
 from dycl_jax.rewrite.plan import Undefined
 
 _ARRAY = type(jnp.zeros(()))
+JAX_ARRAY = _ARRAY  # the concrete array type (a tracer is not one)
 ARRAYS = (jax.Array, np.ndarray)  # what a tensor is on the host: a JAX array, or a numpy input
 _NONE = type(None)
 _PLAIN = (int, bool, str, bytes, _NONE, torch.dtype, torch.device, range, slice, type(Ellipsis))

@@ -115,6 +115,8 @@ class Executor(Protocol):
 
     def run_island(self, spec: RegionSpec, fn: Callable, values: tuple) -> Any: ...
 
+    def truth(self, value: Any) -> bool: ...
+
 
 class _NotStaged:
     def __repr__(self) -> str:
@@ -260,7 +262,8 @@ def defined(value: Any) -> Any:
 
 def decide(value: Any, site: Site) -> bool:
     """A host decision at a data-dependent site: reads the value, records it when tracing."""
-    taken = bool(value)
+    executor = _EXECUTOR.get()
+    taken = bool(value) if executor is None else executor.truth(value)
     decisions = _DECISIONS.get()
     if decisions is not None:
         decisions.append(Decision(site.label, taken, _MARGINS.get().get(id(value), (None, math.nan))[1]))
