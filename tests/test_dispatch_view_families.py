@@ -120,6 +120,22 @@ class ViewOfTheBaseItsProgramUpdates(nn.Module):
         return w * 1.0, v, x[:, : k // 3]
 
 
+class ChosenNameOfAViewUpdated(nn.Module):
+    """`t` is the view `a` or its base `v`, chosen by the data, then updated: the updating program
+    takes `t` as the same array as `a` and `a` made a view of `v` again (it took `t` as a copy of
+    `a` made before, so the update reached neither: wrong on every input, fuzz seed 259051820)."""
+
+    def forward(self, x):
+        v = x * 0.5
+        a = v[:, :2]
+        if v.sum() < 0.0:
+            t = a
+        else:
+            t = v
+        t.mul_(0.5)
+        return a * 1.0, v
+
+
 class IslandUpdatesTheBase(nn.Module):
     """A construct staged whole inside the dispatch host (an island) updates `v` while `w`, its
     transpose, is live: an island given an array of a view's family runs its host version, whose
@@ -186,7 +202,7 @@ class FlatViewInAWhileTrue(nn.Module):
 
 CONVERTS = [RowAtALoopIndex, NarrowSelectDiagonal, FlatViewInAWhileTrue, BaseUpdatedInABranch, ViewAndTransposeUpdatedInBranches, ViewOfAViewInAnItemLoop,
             AliasAndDetachedView, ViewReadInTheUpdatingProgram, ViewOfTheBaseItsProgramUpdates,
-            IslandUpdatesTheBase]
+            IslandUpdatesTheBase, ChosenNameOfAViewUpdated]
 
 
 def _inputs(n: int = 16) -> list[torch.Tensor]:

@@ -102,10 +102,14 @@ class _CallWrapper(torch.nn.Module):
             # copy (`a = v; v.add_(h)` changes `a` too), the other operand goes unread
             if not isinstance(t, torch.Tensor):
                 leaves[i] = t
-            else:
-                leaves[i] = leaves[self._same[i]] if i in self._same else t.clone()
+            elif i not in self._same:
+                leaves[i] = t.clone()
         for i, (j, at) in self._views.items():
             leaves[i] = make_view(leaves[j], at)
+        # after the views: a second name of a view (`t = a`, `a = v[:, :2]`) is that view, not a
+        # copy of the input made before it became one
+        for i, j in self._same.items():
+            leaves[i] = leaves[j]
         versions = [leaves[i]._version for i in self._checked]
         # a staged branch must not update them; Python's max/min, not export's torch.maximum
         with caller_tensors([leaves[i] for i in self._callers]), python_builtins():
