@@ -1,6 +1,7 @@
-"""Module attributes that the program itself writes (`self.hidden = ...`, `self.saved.append`):
-under the dispatch host they are state flowing between regions, so every region takes them as
-extra inputs and gives them back as extra outputs instead of baking in a trace-time value."""
+"""Module attributes that the program itself writes (`self.hidden = ...`, `self.saved.append`),
+and globals of the model's code (`COUNTS["n"] += 1`, `SEEN.append(t)`): under the dispatch host
+they are state flowing between regions, so every region takes them as extra inputs and gives them
+back as extra outputs instead of baking in a trace-time value."""
 from __future__ import annotations
 
 import operator
@@ -66,9 +67,11 @@ class Snapshot:
 class DynamicAttributes:
     """The (module, attribute) pairs the program writes, found by watching module `__dict__`s."""
 
-    def __init__(self, root: torch.nn.Module):
+    def __init__(self, root: torch.nn.Module, namespaces: list[dict] = ()):  # type: ignore[assignment]
         self.modules = list(root.modules())
+        # module `__dict__`s, then each globals dict of the model's code once
         self._dicts = [m.__dict__ for m in self.modules]
+        self._dicts += list({id(d): d for d in namespaces if all(d is not e for e in self._dicts)}.values())
         self._boxes: tuple[tuple, list[tuple[dict, str, Any]]] | None = None  # (all values, watched containers)
         self.slots: list[tuple[dict, str]] = []
         self.original: list[Any] = []  # each slot's value before the program first wrote it

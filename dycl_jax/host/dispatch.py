@@ -382,7 +382,8 @@ class DispatchHost:
         self.io_names: dict[int, tuple[list[str], list[str]]] = {}
         self.margin_programs: dict[str, Callable] = {}  # the same, also returning predicate margins
         self.captures = 0
-        self.attrs = DynamicAttributes(root)
+        # module attributes, and the globals of the model's rewritten code (`COUNTS["n"] += 1`)
+        self.attrs = DynamicAttributes(root, [t.fn.__globals__ for t, _ in plan.dispatch])
         self.families = Families()  # which arrays of this forward are views of which
         self._state: Sequence[Any] = ()
         self._arg_ids: frozenset[int] = frozenset()  # the current call's argument arrays

@@ -61,9 +61,9 @@ def refuse_attribute_store(what: str, file: str, line: int, code: str) -> None:
     if not (staged.in_construct() or modes.reach() is not None):
         return
     raise DyclError(
-        f"`{what}` changes a module attribute (or an object's attribute) while a branch or loop that "
-        "depends on tensor data is staged: a staged path runs such a change once, when it is traced, "
-        "whatever the data decides", location=Location(file, line, code),
+        f"`{what}` changes state kept outside the call's local variables (a module attribute, an object's "
+        "attribute, a global) while a branch or loop that depends on tensor data is staged: a staged path "
+        "runs such a change once, when it is traced, whatever the data decides", location=Location(file, line, code),
         fix='convert with host="auto" (the default) or host="dispatch": that host runs this construct in Python')
 
 

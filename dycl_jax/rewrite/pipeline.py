@@ -49,7 +49,7 @@ DISPATCH_PIPELINE: list[tuple[str, Callable[[ast.FunctionDef, Context], None]]] 
     ("side_effects", side_effects.convert),
     ("unread_lists", unread_lists.convert),
     ("self_attributes", self_attributes.convert),  # the same locals as the staged rewrite (islands)
-    ("attribute_stores", attribute_stores.convert),  # islands keep the guards
+    ("attribute_stores", attribute_stores.convert_dispatch),  # islands keep the guards
     ("helpers", helpers.convert),
     ("counted_while", counted_while.convert),  # the loop can then be one staged island
     ("predicates", predicates.convert),  # static marks; `.item()` in dynamic tests stays a tensor
