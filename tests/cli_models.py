@@ -92,3 +92,11 @@ class Picker(nn.Module):
 def picker():
     torch.manual_seed(0)
     return Picker()
+
+
+class Noisy(nn.Module):
+    """Draws noise: the dispatch host runs the draw in torch, on torch's generator, whose state
+    differs between the check's torch call and the converted call, so parity fails."""
+
+    def forward(self, x):
+        return x + torch.rand_like(x)

@@ -136,3 +136,56 @@ def test_state_that_settles_or_is_not_read_converts_and_matches_call_after_call(
             signs.add(bool(want.sum() > 0))
             assert_same(want, jm(x), f"call {k}")
     assert len(signs) == 2, signs  # both paths, on calls after the first
+
+
+_TOTAL = [0.0]
+_MEMO: dict = {}
+
+
+class GlobalRunningTotal(nn.Module):
+    """A module-level running total read back: every call changes it (it was answered with the
+    total at conversion, call after call, under every host)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(6, 6)
+
+    def forward(self, x):
+        _TOTAL[0] += 1.0
+        return self.fc(x) * _TOTAL[0]
+
+
+class GlobalMemo(nn.Module):
+    """A module-level cache filled on the first call: it settles, so it converts."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(6, 6)
+
+    def forward(self, x):
+        if "scale" not in _MEMO:
+            _MEMO["scale"] = 2.0
+        h = self.fc(x)
+        if h.sum() > 0:
+            return h * _MEMO["scale"]
+        return h
+
+
+@pytest.mark.parametrize("host", ["auto", "staged", "dispatch"])
+def test_a_global_the_results_read_is_refused_at_its_line_and_put_back(host):
+    torch.manual_seed(0)
+    with pytest.raises(DyclError) as info:
+        dycl_jax.to_jax(GlobalRunningTotal().eval(), (_inputs(1)[0],), host=host)
+    err = info.value
+    assert "`_TOTAL` (a global of test_carried_state.py) carries state" in str(err), str(err)
+    assert err.location is not None and err.location.file == __file__ and err.location.code == "_TOTAL[0] += 1.0"
+    assert _TOTAL == [0.0]  # the check's calls left the global as it was
+
+
+def test_a_global_cache_filled_once_converts_and_matches_call_after_call():
+    _MEMO.clear()
+    test_state_that_settles_or_is_not_read_converts_and_matches_call_after_call(GlobalMemo, "auto")
+    # (the dispatch rewrite refuses any change of a global, at its line: converters/attribute_stores.py)
+    with pytest.raises(DyclError) as info:
+        dycl_jax.to_jax(GlobalMemo().eval(), (_inputs(1)[0],), host="dispatch")
+    assert info.value.location is not None and info.value.location.code.strip() == '_MEMO["scale"] = 2.0'

@@ -146,10 +146,18 @@ def test_refused_conversion_exits_1_with_location(tmp_path, capsys, monkeypatch)
 
 
 def test_parity_failure_exits_2(capsys):
-    assert main(["convert", "tests/cli_models.py:Drift", "--input-shape", "2x3", "--check", "1"]) == 2
+    assert main(["convert", "tests/cli_models.py:Noisy", "--input-shape", "2x3", "--check", "1"]) == 2
     captured = capsys.readouterr()
     assert "parity FAILED: 2 of 2 inputs differ from torch" in captured.err
     assert "MISMATCH" in captured.out
+
+
+def test_a_global_kept_across_calls_is_refused_at_its_line(capsys):
+    assert main(["convert", "tests/cli_models.py:Drift", "--input-shape", "2x3"]) == 1
+    err = capsys.readouterr().err
+    assert "`_DRIFT` (a global of cli_models.py) carries" in " ".join(err.replace("│", " ").split()), err
+    line = 1 + Path("tests/cli_models.py").read_text().splitlines().index("        _DRIFT[0] += 1.0")
+    assert f"cli_models.py:{line}" in err and "_DRIFT[0] += 1.0" in err
 
 
 @pytest.mark.parametrize("argv, message", [

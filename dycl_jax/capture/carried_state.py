@@ -8,7 +8,9 @@ import ast
 import contextlib
 import inspect
 import io
+import os
 import textwrap
+import types
 import warnings
 from typing import Any
 
@@ -30,7 +32,8 @@ def check_no_carried_state(model: torch.nn.Module, args: tuple, method: str) -> 
     fn = getattr(model, method, None)
     if not callable(fn):
         return  # the conversion reports a missing method itself
-    before = _snapshot(model)
+    holders = _holders(model)
+    before = _snapshot(model, holders)
     tensors = state_updates.save(model)
     modes = [(m, m.training) for m in model.modules()]  # (a submodule may have a mode of its own)
     model.eval()  # as the conversion runs it
@@ -44,14 +47,14 @@ def check_no_carried_state(model: torch.nn.Module, args: tuple, method: str) -> 
             moved_tensors = state_updates.updated(tensors)
             if moved_tensors:
                 raise state_updates.refusal(moved_tensors, state_updates.locate(fn, _fresh(args), tensors))
-            settled = _snapshot(model)
+            settled = _snapshot(model, holders)
             if not _changed(before, settled):
                 return
             try:
                 second, failure = fn(*_fresh(args)), None
             except Exception as exc:  # noqa: BLE001  (the state the first call left made it fail)
                 second, failure = None, exc
-            moved = _changed(settled, _snapshot(model))
+            moved = _changed(settled, _snapshot(model, holders))
             if moved and (failure is not None or not _equal(first, second)):
                 raise _refusal(moved, failure)
     finally:
@@ -70,10 +73,39 @@ def _watched(key: str) -> bool:
     return not key.startswith("_") and key not in _SKIP
 
 
-def _snapshot(model: torch.nn.Module) -> Snapshot:
+class _Globals:
+    """A module's globals as the attributes of an object, so the snapshot code reads them as it
+    reads a module's (`vars()`): `COUNTS["n"] += 1` or `_DRIFT[0] += 1.0` in a forward is state kept
+    from one call to the next as an attribute is."""
+
+    def __init__(self, namespace: dict) -> None:
+        self.__dict__ = namespace  # (no attribute of its own: it would be a global of the user's module)
+
+
+def _global_data(key: str, value: Any) -> bool:
+    """A global that holds data (not a module, class, function or other callable; not a dunder)."""
+    return not key.startswith("__") and not isinstance(value, (types.ModuleType, type)) and not callable(value)
+
+
+def _holders(model: torch.nn.Module) -> list[Any]:
+    """The model's modules, then the globals of every user class's methods (once each)."""
+    spaces: dict[int, dict] = {}
+    for cls in {type(m) for m in model.modules()}:
+        if cls.__module__.startswith("torch."):
+            continue
+        for f in vars(cls).values():
+            if isinstance(f, types.FunctionType):
+                spaces.setdefault(id(f.__globals__), f.__globals__)
+    return [*model.modules(), *(_Globals(g) for g in spaces.values())]
+
+
+def _snapshot(model: torch.nn.Module, holders: list[Any] | None = None) -> Snapshot:
     out: Snapshot = []
-    for m in model.modules():
-        attrs = {k: v for k, v in vars(m).items() if _watched(k)}
+    for m in holders if holders is not None else model.modules():
+        if isinstance(m, _Globals):
+            attrs = {k: v for k, v in vars(m).items() if _global_data(k, v)}
+        else:
+            attrs = {k: v for k, v in vars(m).items() if _watched(k)}
         items = {k: (list(v) if isinstance(v, list) else dict(v)) for k, v in attrs.items() if isinstance(v, (list, dict))}
         out.append((m, attrs, items))
     return out
@@ -81,7 +113,9 @@ def _snapshot(model: torch.nn.Module) -> Snapshot:
 
 def _restore(snap: Snapshot) -> None:
     for m, attrs, items in snap:
-        for k in [k for k in vars(m) if _watched(k) and k not in attrs]:  # made by the calls
+        made = [k for k, v in vars(m).items() if k not in attrs and
+                (_global_data(k, v) if isinstance(m, _Globals) else _watched(k))]
+        for k in made:  # made by the calls
             del m.__dict__[k]
         m.__dict__.update(attrs)
         for k, held in items.items():
@@ -136,19 +170,21 @@ def _same_tensor(x: torch.Tensor, y: torch.Tensor) -> bool:
     return torch.equal(x, y)
 
 
-def _refusal(moved: list[tuple[torch.nn.Module, str]], failure: Exception | None) -> DyclError:
-    names = [f"self.{k}" for _, k in moved]
+def _refusal(moved: list[tuple[Any, str]], failure: Exception | None) -> DyclError:
+    names = [k if isinstance(m, _Globals) else f"self.{k}" for m, k in moved]
     m, k = moved[0]
-    where = _written_at(type(m), k)
+    where = _global_written_at(vars(m), k) if isinstance(m, _Globals) else _written_at(type(m), k)
+    owner = f"a global of {os.path.basename(str(vars(m).get('__file__', '?')))}" if isinstance(m, _Globals) \
+        else type(m).__name__
     seen = (f"a second call on the example raised {type(failure).__name__}" if failure is not None
             else "a second call on the example returns a different result")
     return DyclError(
-        f"`{names[0]}` ({type(m).__name__}) carries state from one call to the next"
+        f"`{names[0]}` ({owner}) carries state from one call to the next"
         + (f" (so do {', '.join(f'`{n}`' for n in names[1:4])})" if len(names) > 1 else "")
         + f": each call changes it again and {seen}; a converted model starts every call from the "
-        "module's attributes as they were at conversion, so every call after the first would differ from torch",
-        location=where,
-        fix=limitation(f"module attributes kept across calls (`{names[0]}`)", "dycl_jax/capture/carried_state.py"))
+        "module attributes and globals as they were at conversion, so every call after the first would differ "
+        "from torch", location=where,
+        fix=limitation(f"state kept across calls (`{names[0]}`)", "dycl_jax/capture/carried_state.py"))
 
 
 def _written_at(cls: type, attr: str) -> Location | None:
@@ -173,3 +209,37 @@ def _written_at(cls: type, attr: str) -> Location | None:
         return None
     line = start + min(found)[1] - 1
     return Location(file, line, lines[line - start].strip())
+
+
+def _global_written_at(namespace: dict, name: str) -> Location | None:
+    """The first statement inside a function of the global's module that changes it: assigns it
+    (`global`), stores into it (`_DRIFT[0] += 1.0`) or calls a method on it (`SEEN.append(t)`)."""
+    file = namespace.get("__file__")
+    try:
+        with open(file, encoding="utf-8") as f:  # type: ignore[arg-type]
+            text = f.read()
+        tree = ast.parse(text)
+    except (OSError, TypeError, SyntaxError, ValueError):
+        return None
+    lines = text.splitlines()
+    for fn in ast.walk(tree):
+        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        for node in ast.walk(fn):
+            if isinstance(node, (ast.Assign, ast.AugAssign, ast.Expr)) and _touches(node, name):
+                return Location(file, node.lineno, lines[node.lineno - 1].strip())  # type: ignore[arg-type]
+    return None
+
+
+def _touches(node: ast.stmt, name: str) -> bool:
+    targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AugAssign) else []
+    for t in targets:
+        root = t
+        while isinstance(root, (ast.Subscript, ast.Attribute)):
+            root = root.value
+        if isinstance(root, ast.Name) and root.id == name:
+            return True
+    if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Attribute):
+        root = node.value.func.value
+        return isinstance(root, ast.Name) and root.id == name
+    return False
