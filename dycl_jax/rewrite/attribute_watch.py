@@ -46,51 +46,86 @@ def _same_contents(v: Any, copy: Any) -> bool:
 
 @dataclass
 class Snapshot:
-    names: dict[int, str]  # id(module dict) -> the module's name in the model
-    items: list[tuple[dict, dict[str, Any], dict[str, Any]]]  # (module dict, watched items, their contents)
+    names: list[str]  # per module dict: the module's name in the model
+    dicts: list[dict]  # each module's `__dict__`, once
+    keys: list[tuple]  # per dict: its keys then
+    vals: list[tuple]  # per dict: its values then (compared by identity)
+    boxes: list[tuple[int, str, Any, Any]]  # (dict index, key, watched list/dict/set, copy of its items)
+
+
+# per module dict: (the dict, its values when last seen, its watched containers then): a trace
+# changes no attribute in the usual case, so the containers are found again only where a value changed
+_CONTAINERS: dict[int, tuple[dict, tuple, list[tuple[str, Any]]]] = {}
+
+
+def forget() -> None:
+    """Drop the cache (a capture is over: it must not keep the model's dicts, or their tensors, alive)."""
+    _CONTAINERS.clear()
+
+
+def _identical(a: tuple, b: tuple) -> bool:
+    return len(a) == len(b) and all(map(operator.is_, a, b))
+
+
+def _containers(d: dict, vals: tuple) -> list[tuple[str, Any]]:
+    cached = _CONTAINERS.get(id(d))
+    if cached is not None and cached[0] is d and _identical(cached[1], vals):
+        return cached[2]
+    found = [(k, v) for k, v in d.items() if type(v) in (list, dict, set) and _watched(k)]
+    _CONTAINERS[id(d)] = (d, vals, found)
+    return found
 
 
 def snapshot(roots: list[torch.nn.Module]) -> Snapshot:
-    names: dict[int, str] = {}
-    items = []
+    names: list[str] = []
+    dicts: list[dict] = []
+    seen: set[int] = set()
     for root in roots:
         for path, m in root.named_modules():
             d = m.__dict__
-            if id(d) in names:
-                continue
-            names[id(d)] = path or type(m).__name__
-            kept = {k: v for k, v in d.items() if _watched(k)}
-            items.append((d, kept, {k: c for k, v in kept.items() if (c := _contents(v)) is not None}))
-    return Snapshot(names, items)
+            if id(d) not in seen:
+                seen.add(id(d))
+                names.append(path or type(m).__name__)
+                dicts.append(d)
+    keys = [tuple(d) for d in dicts]
+    vals = [tuple(d.values()) for d in dicts]
+    boxes = [(i, k, v, _contents(v)) for i, d in enumerate(dicts) for k, v in _containers(d, vals[i])]
+    return Snapshot(names, dicts, keys, vals, boxes)
 
 
 def changed(before: Snapshot) -> list[str]:
     """`module.attr` for every watched attribute added, removed, rebound or changed in content."""
-    out = []
-    for d, kept, contents in before.items:
-        prefix = before.names[id(d)]
-        now = {k for k in d if _watched(k)}
-        for k in sorted(now | set(kept)):
-            if k not in d or k not in kept or d[k] is not kept[k] \
-                    or k in contents and not _same_contents(d[k], contents[k]):
-                out.append(f"{prefix}.{k}")
-    return out
+    out: set[tuple[int, str]] = set()
+    for i, d in enumerate(before.dicts):
+        if tuple(d) == before.keys[i] and _identical(tuple(d.values()), before.vals[i]):
+            continue
+        then = dict(zip(before.keys[i], before.vals[i]))
+        for k in {k for k in d if _watched(k)} | {k for k in then if _watched(k)}:
+            if k not in d or k not in then or d[k] is not then[k]:
+                out.add((i, k))
+    for i, k, v, copy in before.boxes:
+        if before.dicts[i].get(k) is v and not _same_contents(v, copy):
+            out.add((i, k))
+    return [f"{before.names[i]}.{k}" for i, k in sorted(out)]
 
 
 def restore(before: Snapshot) -> None:
-    for d, kept, contents in before.items:
-        for k in [k for k in d if _watched(k) and k not in kept]:
+    for i, d in enumerate(before.dicts):
+        if tuple(d) == before.keys[i] and _identical(tuple(d.values()), before.vals[i]):
+            continue
+        then = dict(zip(before.keys[i], before.vals[i]))
+        for k in [k for k in d if _watched(k) and k not in then]:
             del d[k]
-        for k, v in kept.items():
-            d[k] = v
-            if k in contents:
-                c = contents[k]
-                if isinstance(v, list):
-                    v[:] = c
-                elif isinstance(v, dict):
-                    v.clear()
-                    v.update(c)
-                # (a set's former items are not kept: refused all the same)
+        for k, v in then.items():
+            if _watched(k):
+                d[k] = v
+    for _, _, v, copy in before.boxes:
+        if isinstance(v, list):
+            v[:] = copy
+        elif isinstance(v, dict):
+            v.clear()
+            v.update(copy)
+        # (a set's former items are not kept: refused all the same)
 
 
 def refuse_changes(before: Snapshot, site: Site) -> None:

@@ -11,7 +11,7 @@ from typing import Iterator
 
 import torch
 
-from dycl_jax.rewrite import lazy_state
+from dycl_jax.rewrite import attribute_watch, lazy_state
 
 _ROOTS: list[torch.nn.Module] = []
 _SLOTS: dict[int, list[tuple[dict, str]]] = {}  # id(root) -> (container dict, key) per state tensor
@@ -39,6 +39,7 @@ def lifted(root: torch.nn.Module) -> Iterator[None]:
             _SLOTS.pop(id(root), None)
         if not _ROOTS:
             lazy_state.forget()  # the capture is over: its probes belong to its fake mode
+            attribute_watch.forget()
 
 
 def roots() -> list[torch.nn.Module]:
