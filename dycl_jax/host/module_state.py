@@ -4,6 +4,8 @@ those values, as the compiled regions do."""
 from __future__ import annotations
 
 import contextlib
+import operator
+from itertools import chain
 from typing import Any, ContextManager, Sequence
 
 import jax
@@ -23,6 +25,8 @@ class ModuleState:
         self.paths = path_index  # state path ("layers.0.weight") -> index into the state values
         self._own = dict(root.named_parameters(remove_duplicate=False))
         self._own.update(root.named_buffers(remove_duplicate=False))
+        self._watched: state_updates.Versions | None = None  # the module's tensors (`watch`)
+        self._slots: list[dict] = []
         # the last state seen (kept, so its ids stay valid) and the torch values that differ in it
         self._last: tuple[Sequence[Any], dict[str, torch.Tensor]] | None = None
 
@@ -49,17 +53,30 @@ class ModuleState:
                 out[path] = value if own is None else value.to(own.dtype)
         return out
 
-    def watch(self) -> state_updates.Versions:
-        """The module's tensors and their versions, before a host statement runs."""
-        return state_updates.versions(self.root)
+    def watch(self) -> tuple[tuple[int, ...], tuple]:
+        """Before a host statement runs (per call: the module's tensors are listed once): each
+        tensor's version, and what the parameter and buffer slots hold."""
+        if self._watched is None:
+            self._watched = state_updates.versions(self.root)
+            self._slots = [d for m in self.root.modules() for d in (m._parameters, m._buffers)]
+        return tuple(t._version for t in self._watched.tensors), self._bound()
 
-    def refuse_updates(self, before: state_updates.Versions, location: Location, state: Sequence[Any]) -> None:
+    def _bound(self) -> tuple:
+        return tuple(chain.from_iterable(map(dict.values, self._slots)))
+
+    def refuse_updates(self, before: tuple[tuple[int, ...], tuple], location: Location, state: Sequence[Any]) -> None:
         """Refuse a host statement that updated one of the module's tensors (eval mode): the
         compiled regions read the call's state values, never the torch module, and torch would keep
         the value for the next call. The module gets back the values it had (the state's)."""
+        w = self._watched
+        versions, bound = before
+        if w is None or tuple(t._version for t in w.tensors) == versions and _identical(self._bound(), bound):
+            return
+        before = state_updates.Versions(w.model, w.names, w.tensors, list(versions))
         moved = state_updates.updated(before)
         if not moved:
             return
+        self._watched = None  # listed again at the next call
         with torch.no_grad():
             for name, t in zip(before.names, before.tensors):
                 if name not in moved:
@@ -70,3 +87,7 @@ class ModuleState:
                     t.copy_(value.to(t.dtype))
                 state_updates.rebind(self.root, name, t)
         raise state_updates.refusal(moved, location)
+
+
+def _identical(a: tuple, b: tuple) -> bool:
+    return len(a) == len(b) and all(map(operator.is_, a, b))
