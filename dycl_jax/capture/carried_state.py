@@ -19,8 +19,8 @@ import torch.utils._pytree as pytree
 
 from dycl_jax.capture import state_updates
 from dycl_jax.errors import DyclError, Location, limitation
+from dycl_jax.rewrite.attribute_watch import watched
 
-_SKIP = {"training"}  # (the host sets the mode itself)
 Snapshot = list[tuple[torch.nn.Module, dict[str, Any], dict[str, Any]]]  # module, its attributes, list/dict items
 
 
@@ -69,10 +69,6 @@ def _fresh(args: tuple) -> tuple:
     return pytree.tree_map_only(torch.Tensor, lambda t: t.clone(), args)
 
 
-def _watched(key: str) -> bool:
-    return not key.startswith("_") and key not in _SKIP
-
-
 class _Globals:
     """A module's globals as the attributes of an object, so the snapshot code reads them as it
     reads a module's (`vars()`): `COUNTS["n"] += 1` or `_DRIFT[0] += 1.0` in a forward is state kept
@@ -105,7 +101,7 @@ def _snapshot(model: torch.nn.Module, holders: list[Any] | None = None) -> Snaps
         if isinstance(m, _Globals):
             attrs = {k: v for k, v in vars(m).items() if _global_data(k, v)}
         else:
-            attrs = {k: v for k, v in vars(m).items() if _watched(k)}
+            attrs = {k: v for k, v in vars(m).items() if watched(k)}
         items = {k: (list(v) if isinstance(v, list) else dict(v)) for k, v in attrs.items() if isinstance(v, (list, dict))}
         out.append((m, attrs, items))
     return out
@@ -114,7 +110,7 @@ def _snapshot(model: torch.nn.Module, holders: list[Any] | None = None) -> Snaps
 def _restore(snap: Snapshot) -> None:
     for m, attrs, items in snap:
         made = [k for k, v in vars(m).items() if k not in attrs and
-                (_global_data(k, v) if isinstance(m, _Globals) else _watched(k))]
+                (_global_data(k, v) if isinstance(m, _Globals) else watched(k))]
         for k in made:  # made by the calls
             del m.__dict__[k]
         m.__dict__.update(attrs)

@@ -11,11 +11,8 @@ from typing import Any
 
 import torch
 
-_SKIP = {"training"}
+from dycl_jax.rewrite.attribute_watch import identical, watched
 
-
-def _watched(key: str) -> bool:
-    return not key.startswith("_") and key not in _SKIP
 
 
 def _copy(v: Any) -> Any:
@@ -40,10 +37,6 @@ def _same(now: Any, v: Any, copy: Any) -> bool:
     if isinstance(copy, dict):
         return now.keys() == copy.keys() and all(now[k] is copy[k] for k in copy)
     return True
-
-
-def _identical(a: tuple, b: tuple) -> bool:
-    return len(a) == len(b) and all(map(operator.is_, a, b))
 
 
 @dataclass
@@ -83,15 +76,15 @@ class DynamicAttributes:
         # taken around every host statement, so the common case (no module dict changed) runs
         # in C: which values are watched containers is remembered while all values stay the same
         keys, vals = self._now()
-        if self._boxes is None or not _identical(self._boxes[0], vals):
+        if self._boxes is None or not identical(self._boxes[0], vals):
             self._boxes = (vals, [(d, k, v) for d in self._dicts for k, v in d.items()
-                                  if type(v) in (list, dict) and _watched(k)])
+                                  if type(v) in (list, dict) and watched(k)])
         return Snapshot(keys, vals, [(d, k, v, _copy(v)) for d, k, v in self._boxes[1]])
 
     def _untouched(self, before: Snapshot) -> bool:
         """No key added, removed or rebound in any module dict since `before` (contents not checked)."""
         keys, vals = self._now()
-        return keys == before.keys and _identical(vals, before.vals)
+        return keys == before.keys and identical(vals, before.vals)
 
     def changed(self, before: Snapshot) -> list[tuple[dict, str, Any]]:
         """(dict, key, value before) of every attribute written since `before`."""
@@ -101,19 +94,19 @@ class DynamicAttributes:
         out: list[tuple[dict, str, Any]] = []
         for d, (keys, vals) in zip(self._dicts, before.per_dict()):
             out += [(d, k, v) for k, v in zip(keys, vals)
-                    if _watched(k) and not _same(d.get(k), v, copies.get((id(d), k)))]
+                    if watched(k) and not _same(d.get(k), v, copies.get((id(d), k)))]
             known = set(keys)
-            out += [(d, k, None) for k in d if _watched(k) and k not in known]
+            out += [(d, k, None) for k in d if watched(k) and k not in known]
         return out
 
     def restore(self, before: Snapshot) -> None:
         if not self._untouched(before):
             for d, (keys, vals) in zip(self._dicts, before.per_dict()):
                 known = set(keys)
-                for k in [k for k in d if _watched(k) and k not in known]:
+                for k in [k for k in d if watched(k) and k not in known]:
                     del d[k]
                 for k, v in zip(keys, vals):
-                    if _watched(k):
+                    if watched(k):
                         d[k] = v
         for _, _, v, copy in before.boxes:
             if isinstance(copy, list):

@@ -4,7 +4,6 @@ those values, as the compiled regions do."""
 from __future__ import annotations
 
 import contextlib
-import operator
 from itertools import chain
 from typing import Any, ContextManager, Sequence
 
@@ -15,6 +14,7 @@ from torch.nn.utils import stateless
 from dycl_jax.capture import state_updates
 from dycl_jax.errors import Location
 from dycl_jax.host import values
+from dycl_jax.rewrite.attribute_watch import identical
 
 
 class ModuleState:
@@ -70,7 +70,7 @@ class ModuleState:
         the value for the next call. The module gets back the values it had (the state's)."""
         w = self._watched
         versions, bound = before
-        if w is None or tuple(t._version for t in w.tensors) == versions and _identical(self._bound(), bound):
+        if w is None or tuple(t._version for t in w.tensors) == versions and identical(self._bound(), bound):
             return
         before = state_updates.Versions(w.model, w.names, w.tensors, list(versions))
         moved = state_updates.updated(before)
@@ -87,7 +87,3 @@ class ModuleState:
                     t.copy_(value.to(t.dtype))
                 state_updates.rebind(self.root, name, t)
         raise state_updates.refusal(moved, location)
-
-
-def _identical(a: tuple, b: tuple) -> bool:
-    return len(a) == len(b) and all(map(operator.is_, a, b))

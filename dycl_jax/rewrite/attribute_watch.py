@@ -18,7 +18,8 @@ from dycl_jax.errors import DyclError
 from dycl_jax.rewrite.sites import Site
 
 
-def _watched(key: str) -> bool:
+def watched(key: str) -> bool:
+    """A module attribute a program may change (not private; `training` is the hosts' own)."""
     return not key.startswith("_") and key != "training"
 
 
@@ -63,15 +64,16 @@ def forget() -> None:
     _CONTAINERS.clear()
 
 
-def _identical(a: tuple, b: tuple) -> bool:
+def identical(a: tuple, b: tuple) -> bool:
+    """Same length and the same objects, compared in C."""
     return len(a) == len(b) and all(map(operator.is_, a, b))
 
 
 def _containers(d: dict, vals: tuple) -> list[tuple[str, Any]]:
     cached = _CONTAINERS.get(id(d))
-    if cached is not None and cached[0] is d and _identical(cached[1], vals):
+    if cached is not None and cached[0] is d and identical(cached[1], vals):
         return cached[2]
-    found = [(k, v) for k, v in d.items() if type(v) in (list, dict, set) and _watched(k)]
+    found = [(k, v) for k, v in d.items() if type(v) in (list, dict, set) and watched(k)]
     _CONTAINERS[id(d)] = (d, vals, found)
     return found
 
@@ -97,10 +99,10 @@ def changed(before: Snapshot) -> list[str]:
     """`module.attr` for every watched attribute added, removed, rebound or changed in content."""
     out: set[tuple[int, str]] = set()
     for i, d in enumerate(before.dicts):
-        if tuple(d) == before.keys[i] and _identical(tuple(d.values()), before.vals[i]):
+        if tuple(d) == before.keys[i] and identical(tuple(d.values()), before.vals[i]):
             continue
         then = dict(zip(before.keys[i], before.vals[i]))
-        for k in {k for k in d if _watched(k)} | {k for k in then if _watched(k)}:
+        for k in {k for k in d if watched(k)} | {k for k in then if watched(k)}:
             if k not in d or k not in then or d[k] is not then[k]:
                 out.add((i, k))
     for i, k, v, copy in before.boxes:
@@ -111,13 +113,13 @@ def changed(before: Snapshot) -> list[str]:
 
 def restore(before: Snapshot) -> None:
     for i, d in enumerate(before.dicts):
-        if tuple(d) == before.keys[i] and _identical(tuple(d.values()), before.vals[i]):
+        if tuple(d) == before.keys[i] and identical(tuple(d.values()), before.vals[i]):
             continue
         then = dict(zip(before.keys[i], before.vals[i]))
-        for k in [k for k in d if _watched(k) and k not in then]:
+        for k in [k for k in d if watched(k) and k not in then]:
             del d[k]
         for k, v in then.items():
-            if _watched(k):
+            if watched(k):
                 d[k] = v
     for _, _, v, copy in before.boxes:
         if isinstance(v, list):
