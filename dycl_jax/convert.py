@@ -7,7 +7,7 @@ import gc
 import inspect
 import time
 import warnings
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import jax
 import torch
@@ -16,6 +16,7 @@ from flax import nnx
 from torch.nn.modules.batchnorm import _BatchNorm
 
 import dycl_jax.lower.ops  # noqa: F401  (registers every lowering)
+from dycl_jax.capture import host_rng
 from dycl_jax.capture.carried_state import check_no_carried_state
 from dycl_jax.capture.export import StateEntry, TensorSpec, _leaf_names, capture
 from dycl_jax.errors import (AliasedUpdateError, DyclError, InputMutationError, PathMismatchError, StagedAliasError,
@@ -89,6 +90,26 @@ def to_jax(
     `nnx.Rngs(0)`). With `host="auto"` a method that does not stage runs on the dispatch host,
     each region on batch statistics writing its updates into the state as it runs.
     """
+    with _generators_kept():
+        return _to_jax(model, example_args, method, host, dynamic_batch, max_len, train, rngs, progress)
+
+
+@contextlib.contextmanager
+def _generators_kept() -> Iterator[None]:
+    """Converting runs the model (and the converted host) on the example: whatever that draws from
+    torch's, Python's or numpy's global generator is put back, so a conversion moves no random
+    stream of the caller's."""
+    generators = host_rng.state()
+    with torch.random.fork_rng(devices=[]):
+        try:
+            yield
+        finally:
+            host_rng.restore(generators)
+
+
+def _to_jax(model: torch.nn.Module, example_args: Any, method: str, host: str, dynamic_batch: bool,
+            max_len: int | None, train: bool, rngs: nnx.Rngs | None,
+            progress: Callable[[str], None] | None) -> JaxModel:
     step = progress or (lambda stage: None)
     if not isinstance(model, torch.nn.Module):
         raise DyclError(f"to_jax expects a torch.nn.Module, got {type(model).__name__}")

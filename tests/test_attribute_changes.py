@@ -206,7 +206,7 @@ def test_the_watch_puts_attributes_back_and_names_the_changed_one():
     before = attribute_watch.snapshot([model])
     model.b.info["exit"] = 3
     model.b.extra = 1
-    assert attribute_watch.changed(before) == ["b.extra", "b.info"]
+    assert attribute_watch.changed(before) == ["module attribute `b.extra`", "module attribute `b.info`"]
     attribute_watch.restore(before)
     assert model.b.info == {} and not hasattr(model.b, "extra")
     assert attribute_watch.changed(before) == []

@@ -19,7 +19,7 @@ import torch.utils._pytree as pytree
 
 from dycl_jax.capture import state_updates
 from dycl_jax.errors import DyclError, Location, limitation
-from dycl_jax.rewrite.attribute_watch import watched
+from dycl_jax.rewrite.attribute_watch import global_data, namespaces, watched
 
 Snapshot = list[tuple[torch.nn.Module, dict[str, Any], dict[str, Any]]]  # module, its attributes, list/dict items
 
@@ -78,28 +78,16 @@ class _Globals:
         self.__dict__ = namespace  # (no attribute of its own: it would be a global of the user's module)
 
 
-def _global_data(key: str, value: Any) -> bool:
-    """A global that holds data (not a module, class, function or other callable; not a dunder)."""
-    return not key.startswith("__") and not isinstance(value, (types.ModuleType, type)) and not callable(value)
-
-
 def _holders(model: torch.nn.Module) -> list[Any]:
     """The model's modules, then the globals of every user class's methods (once each)."""
-    spaces: dict[int, dict] = {}
-    for cls in {type(m) for m in model.modules()}:
-        if cls.__module__.startswith("torch."):
-            continue
-        for f in vars(cls).values():
-            if isinstance(f, types.FunctionType):
-                spaces.setdefault(id(f.__globals__), f.__globals__)
-    return [*model.modules(), *(_Globals(g) for g in spaces.values())]
+    return [*model.modules(), *(_Globals(g) for g in namespaces([model]))]
 
 
 def _snapshot(model: torch.nn.Module, holders: list[Any] | None = None) -> Snapshot:
     out: Snapshot = []
     for m in holders if holders is not None else model.modules():
         if isinstance(m, _Globals):
-            attrs = {k: v for k, v in vars(m).items() if _global_data(k, v)}
+            attrs = {k: v for k, v in vars(m).items() if global_data(k, v)}
         else:
             attrs = {k: v for k, v in vars(m).items() if watched(k)}
         items = {k: (list(v) if isinstance(v, list) else dict(v)) for k, v in attrs.items() if isinstance(v, (list, dict))}
@@ -110,7 +98,7 @@ def _snapshot(model: torch.nn.Module, holders: list[Any] | None = None) -> Snaps
 def _restore(snap: Snapshot) -> None:
     for m, attrs, items in snap:
         made = [k for k, v in vars(m).items() if k not in attrs and
-                (_global_data(k, v) if isinstance(m, _Globals) else watched(k))]
+                (global_data(k, v) if isinstance(m, _Globals) else watched(k))]
         for k in made:  # made by the calls
             del m.__dict__[k]
         m.__dict__.update(attrs)

@@ -16,12 +16,13 @@ import torch.utils._pytree as pytree
 from torch.export import Dim, ExportedProgram
 from torch.export.graph_signature import InputKind, OutputKind
 
-from dycl_jax.capture import bounded_rows
+from dycl_jax.capture import bounded_rows, host_rng
 from dycl_jax.capture.checked_linalg import UNCHECKED
 from dycl_jax.capture.composite_override import fast_override
 from dycl_jax.capture.shims import capture_shims
 from dycl_jax.capture.train_mode import training
 from dycl_jax.errors import CaptureError, DyclError, InputMutationError, Location, limitation, raised_by_us
+from dycl_jax.rewrite import attribute_watch
 from dycl_jax.rewrite.minmax import python_builtins
 from dycl_jax.rewrite.modes import caller_tensors
 
@@ -238,11 +239,18 @@ def capture(
     wrapper = _MethodWrapper(model, method, leaves, spec, record.update)
     tensors = [leaves[i] for i in wrapper._tensor_index]
     start, cpu_start = time.perf_counter(), time.process_time()
+    generators = host_rng.state()
     try:
         mode = training(model) if train else _eval_mode(model)
         with warnings.catch_warnings(), mode, _quiet_torch_logs():
             warnings.simplefilter("ignore")
-            ep = torch.export.export(wrapper, tuple(tensors), dynamic_shapes=_dynamic_shapes(tensors, dynamic_batch))
+            try:
+                ep = torch.export.export(wrapper, tuple(tensors), dynamic_shapes=_dynamic_shapes(tensors, dynamic_batch))
+            finally:  # a failed export may have drawn as well: the generators go back either way
+                which = host_rng.drawn(generators)
+                host_rng.restore(generators)
+            if which is not None:
+                raise host_rng.refusal(which, attribute_watch.user_functions([model]))
             exported, cpu_exported = time.perf_counter(), time.process_time()
             ep = decompose(ep) if decompose else to_core_aten(ep)
             # bounded row selections (staged host only): row-wise, else refused

@@ -1,7 +1,9 @@
-"""Module attributes that the program itself writes (`self.hidden = ...`, `self.saved.append`),
-and globals of the model's code (`COUNTS["n"] += 1`, `SEEN.append(t)`): under the dispatch host
-they are state flowing between regions, so every region takes them as extra inputs and gives them
-back as extra outputs instead of baking in a trace-time value."""
+"""Module attributes that the program itself writes (`self.hidden = ...`, `self.saved.append`):
+under the dispatch host they are state flowing between regions, so every region takes them as
+extra inputs and gives them back as extra outputs instead of baking in a trace-time value. The
+globals of the model's code are watched too, but only to be refused where they change (see
+`global_changes`): a global is shared by reference with every module that imported it, which a
+slot's new value would not reach."""
 from __future__ import annotations
 
 import operator
@@ -11,7 +13,7 @@ from typing import Any
 
 import torch
 
-from dycl_jax.rewrite.attribute_watch import identical, watched
+from dycl_jax.rewrite.attribute_watch import global_data, identical, watched
 
 
 
@@ -64,7 +66,9 @@ class DynamicAttributes:
         self.modules = list(root.modules())
         # module `__dict__`s, then each globals dict of the model's code once
         self._dicts = [m.__dict__ for m in self.modules]
+        self._first_global = len(self._dicts)
         self._dicts += list({id(d): d for d in namespaces if all(d is not e for e in self._dicts)}.values())
+        self._globals = {id(d) for d in self._dicts[self._first_global:]}
         self._boxes: tuple[tuple, list[tuple[dict, str, Any]]] | None = None  # (all values, watched containers)
         self.slots: list[tuple[dict, str]] = []
         self.original: list[Any] = []  # each slot's value before the program first wrote it
@@ -77,9 +81,17 @@ class DynamicAttributes:
         # in C: which values are watched containers is remembered while all values stay the same
         keys, vals = self._now()
         if self._boxes is None or not identical(self._boxes[0], vals):
-            self._boxes = (vals, [(d, k, v) for d in self._dicts for k, v in d.items()
-                                  if type(v) in (list, dict) and watched(k)])
+            self._boxes = (vals, [(d, k, v) for i, d in enumerate(self._dicts) for k, v in d.items()
+                                  if type(v) in (list, dict) and self._kept(i, k, v)])
         return Snapshot(keys, vals, [(d, k, v, _copy(v)) for d, k, v in self._boxes[1]])
+
+    def _kept(self, i: int, key: str, value: Any) -> bool:
+        """Whether entry `key` of dict i is watched: a public module attribute, a global holding data."""
+        return global_data(key, value) if i >= self._first_global else watched(key)
+
+    def global_changes(self, changes: list[tuple[dict, str, Any]]) -> list[tuple[dict, str]]:
+        """The (namespace, name) of each change that is to a global."""
+        return [(d, k) for d, k, _ in changes if id(d) in self._globals]
 
     def _untouched(self, before: Snapshot) -> bool:
         """No key added, removed or rebound in any module dict since `before` (contents not checked)."""
@@ -92,21 +104,21 @@ class DynamicAttributes:
             return [(d, k, v) for d, k, v, copy in before.boxes if not _same(v, v, copy)]
         copies = {(id(d), k): copy for d, k, _, copy in before.boxes}
         out: list[tuple[dict, str, Any]] = []
-        for d, (keys, vals) in zip(self._dicts, before.per_dict()):
+        for i, (d, (keys, vals)) in enumerate(zip(self._dicts, before.per_dict())):
             out += [(d, k, v) for k, v in zip(keys, vals)
-                    if watched(k) and not _same(d.get(k), v, copies.get((id(d), k)))]
+                    if self._kept(i, k, v) and not _same(d.get(k), v, copies.get((id(d), k)))]
             known = set(keys)
-            out += [(d, k, None) for k in d if watched(k) and k not in known]
+            out += [(d, k, None) for k, v in d.items() if self._kept(i, k, v) and k not in known]
         return out
 
     def restore(self, before: Snapshot) -> None:
         if not self._untouched(before):
-            for d, (keys, vals) in zip(self._dicts, before.per_dict()):
+            for i, (d, (keys, vals)) in enumerate(zip(self._dicts, before.per_dict())):
                 known = set(keys)
-                for k in [k for k in d if watched(k) and k not in known]:
+                for k in [k for k, v in d.items() if self._kept(i, k, v) and k not in known]:
                     del d[k]
                 for k, v in zip(keys, vals):
-                    if watched(k):
+                    if self._kept(i, k, v):
                         d[k] = v
         for _, _, v, copy in before.boxes:
             if isinstance(copy, list):

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 import torch.utils._pytree as pytree
 
-from dycl_jax.capture import int_inputs
+from dycl_jax.capture import host_rng, int_inputs
 from dycl_jax.capture.ordered_dicts import leaves_in_order
 from dycl_jax.capture.region import HostValueError, capture_call, lost_update, view_pairs
 from dycl_jax.errors import (AliasedUpdateError, CallError, DyclError, InputMutationError, Location,
@@ -40,7 +40,7 @@ from dycl_jax.host.views import check_views_kept, user_locals
 from dycl_jax.capture.fingerprint import graph_fingerprint
 from dycl_jax.lower.int_ranges import int64_verdict, int_scope
 from dycl_jax.lower.interpreter import LoweredGraph
-from dycl_jax.rewrite import lifting
+from dycl_jax.rewrite import attribute_watch, lifting
 from dycl_jax.rewrite.api import DispatchPlan, patched
 from dycl_jax.rewrite.appends import (appended_lists, appending, emptied, extended, kept_identity, kept_in_place,
                                       rejoined, shared_containers)
@@ -383,7 +383,8 @@ class DispatchHost:
         self.margin_programs: dict[str, Callable] = {}  # the same, also returning predicate margins
         self.captures = 0
         # module attributes, and the globals of the model's rewritten code (`COUNTS["n"] += 1`)
-        self.attrs = DynamicAttributes(root, [t.fn.__globals__ for t, _ in plan.dispatch])
+        self.attrs = DynamicAttributes(root, [t.fn.__globals__ for t, _ in plan.dispatch]
+                                       + attribute_watch.namespaces([root]))
         self.families = Families()  # which arrays of this forward are views of which
         self._state: Sequence[Any] = ()
         self._arg_ids: frozenset[int] = frozenset()  # the current call's argument arrays
@@ -774,7 +775,7 @@ class DispatchHost:
                 location=Location(spec.file, st.line, st.code),
                 fix="call the model outside JAX transformations, or write the statement so that torch.export "
                     "captures it (see the report's host statements)")
-        before = self.attrs.snapshot()
+        before, generators = self.attrs.snapshot(), host_rng.state()
         # train mode: no random draws or buffer updates here (host/training.py)
         guard = training.HostGuard(self._buffers, Location(spec.file, spec.statements[part.first].line,
                                                            spec.statements[part.first].code), part.host_reason) \
@@ -797,6 +798,7 @@ class DispatchHost:
                 except jax_ops.NotInJax as exc:  # it stopped before any in-place update: run it in torch
                     part.in_torch = str(exc)
                     self.attrs.restore(before)
+                    host_rng.restore(generators)  # (and draws again what it drew)
             if part.in_torch is not None:
                 torch_leaves, inputs, versions = self._host_inputs(leaves)
                 vals, attrs = jax.tree_util.tree_unflatten(tree, torch_leaves)
@@ -827,8 +829,30 @@ class DispatchHost:
                                 "helper function or method of the module, or names in `out=`; this update went "
                                 "elsewhere, which no conversion option (host=\"auto\", \"dispatch\" or \"staged\") "
                                 "keeps yet: please report it with this line") from None
-        self.attrs.register(self.attrs.changed(before))
+        changes = self.attrs.changed(before)
+        self._refuse_global_changes(changes, before, spec, part)
+        self.attrs.register(changes)
         return values.tree_to_host(outs), values.tree_to_host(self.attrs.read())
+
+    def _refuse_global_changes(self, changes: list, before: Any, spec: RegionSpec, part: Part) -> None:
+        """Refuse (the globals put back) where running a part changed a global: a helper function
+        bumping a counter or filling a list. Captured, the change happens once, when the program
+        is traced; and a global is shared with every module that imported it, so no copy carried
+        between regions would reach the helpers that read it (the rewrite refuses the changes it
+        can see in the method itself, at their line: attribute_stores)."""
+        hit = self.attrs.global_changes(changes)
+        if not hit:
+            return
+        self.attrs.restore(before)
+        namespace, name = hit[0]
+        st = spec.statements[part.first]
+        where = os.path.basename(str(namespace.get("__file__", namespace.get("__name__", "?"))))
+        raise DyclError(
+            f"{os.path.basename(spec.file)}:{st.line}: global `{name}` of {where} changes while this statement "
+            "runs (in code it calls); a compiled region would change it once, when it is captured, and read the "
+            "value it had then on every call", location=Location(spec.file, st.line, st.code),
+            fix=f"keep the value of `{name}` in a local variable that the helper returns, or in a module "
+                "attribute (`self.<name>`): the converted host carries module attributes from region to region")
 
     @staticmethod
     def _host_inputs(leaves: list) -> tuple[list, list, list]:
@@ -850,7 +874,7 @@ class DispatchHost:
         if not any(isinstance(v, values.ARRAYS) for v in leaves):
             # no tensor in: run it as Python; if no tensor comes out and no attribute changes, it stays Python
             probe_vals, probe_attrs = jax.tree_util.tree_unflatten(tree, leaves)
-            before = self.attrs.snapshot()
+            before, generators = self.attrs.snapshot(), host_rng.state()
             watch = None if self.train else self._module_state.watch()
             with _land(True), torch.no_grad():
                 outs, _ = self._body(spec, part, fns)(probe_vals, probe_attrs)
@@ -859,6 +883,7 @@ class DispatchHost:
                                                                   spec.statements[part.first].code), self._state)
             quiet = not self.attrs.changed(before)
             self.attrs.restore(before)
+            host_rng.restore(generators)  # a probe: the real run draws the numbers torch's would
             if quiet and not any(isinstance(v, torch.Tensor) for v in leaves_in_order(outs)):
                 part.cache[key] = DIRECT
                 return run_statements(spec, fns[part.first:part.stop], vals, part.ins, part.outs, part.first)
@@ -883,6 +908,12 @@ class DispatchHost:
                 if isinstance(exc, (AliasedUpdateError, InputMutationError)) \
                         and not (spec.kind == "island" and isinstance(exc, StagedAliasError)):
                     raise  # its host version could not keep the update either (an island's construct in Python can)
+                if isinstance(exc, host_rng.Drawn):  # Python draws on every call where the part runs on the host
+                    if spec.kind == "island":
+                        part.host_reason = str(exc)
+                        raise _IslandFailed() from exc
+                    failure = exc
+                    break
                 if raised_by_us(exc):
                     raise  # our bug: never a retry, an island's host version or a split
                 # a lowering may need one of the ints as a value: try again with them constant (no help
@@ -942,6 +973,7 @@ class DispatchHost:
             # this call reads (the host puts attributes back after each call), so it stays no slot
             whole_body = self._whole is not None and spec is self._whole[0]
             self._written = None if whole_body else []
+            generators = host_rng.state()
             try:
                 callers = frozenset(i for i, v in enumerate(leaves) if id(v) in self._arg_ids)
                 cap = capture_call(self.root, self._body(spec, part, fns), torch_args, self._capture_context, callers,
@@ -953,6 +985,12 @@ class DispatchHost:
                 changes = self.attrs.changed(before) + (self._written or [])
                 self._written = None
                 self.attrs.restore(before)
+                which = host_rng.drawn(generators)
+                host_rng.restore(generators)
+            if which is not None:  # the program would hold the one number drawn: the part runs in Python
+                raise host_rng.Drawn(f"it draws from {which}'s global generator, whose one draw at capture a "
+                                     "compiled program would hold")
+            self._refuse_global_changes(changes, before, spec, part)
             if self.attrs.register(changes):
                 raise _NewAttributes()
             if cap.ints is None or not cap.ints.static:
@@ -988,7 +1026,7 @@ class DispatchHost:
         are constants or symbols of its own, not values of a whole list."""
         vals, _ = jax.tree_util.tree_unflatten(tree, leaves)  # fresh containers: the probe must not change the caller's
         env = dict(zip(part.ins, vals))
-        before = self.attrs.snapshot()
+        before, generators = self.attrs.snapshot(), host_rng.state()
         k = 0
         try:
             with _land(True), torch.no_grad():
@@ -1009,6 +1047,7 @@ class DispatchHost:
                 raise  # our bug, not the user's statement failing on these values
         finally:
             self.attrs.restore(before)
+            host_rng.restore(generators)
         return k
 
     def _check_arguments_kept(self, spec: RegionSpec, part: Part, leaves: list, mutated: tuple[int, ...]) -> None:
@@ -1124,7 +1163,7 @@ class DispatchHost:
 
     def _only_moves(self, spec: RegionSpec, part: Part, fns: Sequence[Callable], leaves: list, tree: Any) -> bool:
         """Whether the part only moves its arrays here (`carried.only_moves`) and changes no module attribute."""
-        before = self.attrs.snapshot()
+        before, generators = self.attrs.snapshot(), host_rng.state()
         try:
             with _land(True), torch.no_grad():
                 moves = only_moves(self._body(spec, part, fns), leaves, tree)
@@ -1134,6 +1173,7 @@ class DispatchHost:
                 return False
         finally:
             self.attrs.restore(before)
+            host_rng.restore(generators)
 
     def _split(self, st: RegionState, part: Part, fns: Sequence[Callable], vals: tuple, cuts: list[int]) -> tuple:
         """Replace `part` by its pieces between `cuts` for good, and run them."""
