@@ -282,3 +282,44 @@ def test_padded_gradients_match_torch_autograd(name: str) -> None:
     cases = one_per_path(mod, model, mod.inputs(N_INPUTS))
     assert len(cases) >= 2, "the inputs should give several output lengths"
     assert_gradients_match(model, jm, cases, name)
+
+
+class AppendOrBreak(nn.Module):
+    """An exit path that reads what the other path changes in place: `outs.append` and `h.mul_`
+    on one path of a tensor `if`, `break` on the other, `len(outs)` and `h` read after the loop.
+    The padded program runs both paths of the exit; before, they shared `outs` and `h` in the
+    loop's first iteration (a branch Python decided), so an input that breaks at once returned
+    len 1 and the doubled `h` (fuzz seed 487629210)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x):
+        h = self.fc(x)
+        outs = []
+        for _ in range(3):
+            if h.sum() > 0:
+                outs.append(h.sum())
+                h.mul_(0.5)
+            else:
+                break
+        total = torch.stack(outs).sum() if outs else h.sum() * 0.0
+        return h + total, len(outs)
+
+
+@pytest.mark.parametrize("host", ["auto", "staged"])
+def test_both_paths_of_a_padded_exit_keep_their_own_list_and_tensor(host: str) -> None:
+    torch.manual_seed(0)
+    model = AppendOrBreak().eval()
+    jm = dycl_jax.to_jax(model, (torch.randn(2, 4),), host=host)
+    assert jm.host == "staged"
+    lengths = set()
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for k in range(N_INPUTS):
+            x = torch.randn(2, 4, generator=g)
+            want = model(x)
+            lengths.add(want[1])
+            assert_same(want, jm(x), f"input {k}")
+    assert lengths == {0, 3}, lengths

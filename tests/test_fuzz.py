@@ -114,6 +114,7 @@ REGRESSION_INPUTS = {
     231923964: (0, 1),  # 0 failed (`w` missed `a.add_(h)` through `v`)
     621427429: (0, 1),  # staging crashed (a loop invariant in the test taken for a counter), whatever the input
     259051820: (0, 1),  # 0 and 1 failed under dispatch (`t = a if ... else v; t.mul_(0.5)` missed `a` and `v`)
+    487629210: (0, 1),  # 0 failed under staged (the exit's `len(outs)` saw the other path's append)
 }
 
 

@@ -845,12 +845,14 @@ class DispatchHost:
             return
         self.attrs.restore(before)
         namespace, name = hit[0]
-        st = spec.statements[part.first]
+        st, last = spec.statements[part.first], spec.statements[part.stop - 1]
         where = os.path.basename(str(namespace.get("__file__", namespace.get("__name__", "?"))))
+        what = "this statement runs (in code it calls)" if st.line == last.line \
+            else f"the statements of lines {st.line}-{last.line} run (in code they call)"
         raise DyclError(
-            f"{os.path.basename(spec.file)}:{st.line}: global `{name}` of {where} changes while this statement "
-            "runs (in code it calls); a compiled region would change it once, when it is captured, and read the "
-            "value it had then on every call", location=Location(spec.file, st.line, st.code),
+            f"{os.path.basename(spec.file)}:{st.line}: global `{name}` of {where} changes while {what}; a "
+            "compiled region would change it once, when it is captured, and read the value it had then on every "
+            "call", location=Location(spec.file, st.line, st.code),
             fix=f"keep the value of `{name}` in a local variable that the helper returns, or in a module "
                 "attribute (`self.<name>`): the converted host carries module attributes from region to region")
 

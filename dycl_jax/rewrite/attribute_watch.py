@@ -5,8 +5,8 @@ changes (`self.count += 1` in a helper the branch calls, `self.hist.append(t)`, 
 global holding data (`COUNTS["n"] += 1` in a helper function) would keep that one traced value.
 converters/attribute_stores.py refuses the statements it can see in the rewritten code, at their
 line; this watch catches the rest (code that is not rewritten, a helper with no branch of its own)
-by comparing the model's module attributes, and the data globals of the modules that define the
-model's classes, before and after each trace, and puts them back before refusing."""
+by comparing the model's module attributes, and the data globals of the user's modules the
+model's code runs (`namespaces`), before and after each trace, and puts them back before refusing."""
 from __future__ import annotations
 
 import operator
@@ -34,10 +34,10 @@ def global_data(key: str, value: Any) -> bool:
 
 
 def namespaces(roots: list[torch.nn.Module]) -> list[dict]:
-    """The globals of the user's modules that the roots' classes run: where each method is defined,
-    and, transitively, where the functions, classes and modules those methods name are (a helper
-    `ph.bump(h)` from another file bumps a counter there). Library code (site-packages, the
-    standard library, this package) is left out; once each."""
+    """The globals of the modules that the roots' classes run: where each method is defined (any
+    class but torch's own), and, transitively, where the functions, classes and modules those
+    methods name are (a helper `ph.bump(h)` from another file bumps a counter there), library
+    code (site-packages, the standard library, this package) left out of that walk; once each."""
     return _user_code(roots)[1]
 
 
@@ -62,7 +62,9 @@ def _user_code(roots: list[torch.nn.Module]) -> tuple[list, list[dict]]:
 
 def _user_space(namespace: dict) -> bool:
     file = namespace.get("__file__")
-    return isinstance(file, str) and not os.path.abspath(file).startswith(_LIBRARY)
+    if not isinstance(file, str):
+        return namespace.get("__name__") == "__main__"  # a notebook's or an interactive session's code
+    return not os.path.abspath(file).startswith(_LIBRARY)
 
 
 def _functions_of(cls: type) -> list[types.FunctionType]:
@@ -79,10 +81,11 @@ def _walk(classes: frozenset) -> tuple[list[types.FunctionType], list[dict]]:
     functions: list[types.FunctionType] = []
     todo = [f for cls in sorted(classes, key=lambda c: c.__qualname__) if not cls.__module__.startswith("torch.")
             for f in _functions_of(cls)][::-1]  # popped from the end: the classes' methods first, in order
+    methods = {id(f) for f in todo}  # (the model's own classes count wherever they are installed)
     seen: set[int] = set()
     while todo and len(seen) < _MOST_FUNCTIONS:
         fn = todo.pop()
-        if id(fn) in seen or not _user_space(fn.__globals__):
+        if id(fn) in seen or id(fn) not in methods and not _user_space(fn.__globals__):
             continue
         seen.add(id(fn))
         functions.append(fn)

@@ -321,8 +321,7 @@ def _cond(pred: Any, true_fn: Callable, false_fn: Callable, inputs: tuple, site:
         false_fn = with_dead(false_fn, site)
     if padding.selects(site):
         try:
-            return padding.select(site, _pred(pred, site), true_fn, false_fn, inputs, exit_only,
-                                  exit_running(pred))
+            return _select(site, _pred(pred, site), true_fn, false_fn, inputs, exit_only, exit_running(pred))
         except padding.NoSelect as no:
             # a variable differs between the paths: a cond (the select's nodes are dead code)
             # on the predicate the select marked, which has recorded its decision
@@ -488,6 +487,12 @@ def _subsite(site: Site, indices: list[int]) -> Site:
         return site
     return dataclasses.replace(site, paths=tuple(site.paths[i] for i in indices),
                                lines=tuple(site.lines[i] for i in indices) if site.lines else ())
+
+
+# both paths of a padded program's exit run, one after the other, as graph paths: each on its own
+# copies of what it updates (`own`), also inside a branch Python decided, or the first path's
+# `outs.append(t)` would reach the second (wrong lengths after a `break`, fuzz seed 487629210)
+_select = _graph_construct(padding.select)
 
 
 # ---------------------------------------------------------------- loops
