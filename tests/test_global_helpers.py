@@ -159,3 +159,49 @@ def test_a_global_a_helper_only_reads_converts_and_matches(host):
             signs.add(bool(model.fc(x).sum() > 0))
             assert_same(model(x), jm(x), f"input {k}")
     assert signs == {True, False}
+
+
+_PE: dict = {}
+
+
+def _positional(n: int, d: int) -> torch.Tensor:
+    """A cache filled on first use, as positional-encoding helpers keep them."""
+    if (n, d) not in _PE:
+        pos = torch.arange(n).float()[:, None]
+        _PE[(n, d)] = torch.sin(pos / (10000 ** (torch.arange(d).float() / d)))
+    return _PE[(n, d)]
+
+
+class CacheInBranch(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x):
+        h = self.fc(x)
+        if h.sum() > 0:
+            h = h + _positional(h.shape[0], h.shape[1])
+        return h
+
+
+@pytest.mark.parametrize("host", ["auto", "staged", "dispatch"])
+def test_a_cache_filled_while_tracing_never_keeps_a_traced_tensor(host):
+    """Before, the staged attempt left a traced tensor in `_PE` (the torch model then failed:
+    `.numpy()` is not supported for tensor subclasses). Each host matches torch or refuses at a
+    line of this file, and the cache holds only real tensors afterwards."""
+    torch.manual_seed(0)
+    _PE.clear()
+    model = CacheInBranch().eval()
+    xs = _inputs(12)
+    try:
+        jm = dycl_jax.to_jax(copy.deepcopy(model), (xs[0],), host=host)
+    except DyclError as err:
+        assert err.location is not None and err.location.file == __file__, str(err)
+        jm = None
+    assert all(type(v) is torch.Tensor for v in _PE.values()), {k: type(v) for k, v in _PE.items()}
+    with torch.no_grad():
+        for k, x in enumerate(xs):
+            want = model(x)
+            assert type(want) is torch.Tensor and want.numpy().shape == (2, 4)
+            if jm is not None:
+                assert_same(want, jm(x), f"input {k}")
