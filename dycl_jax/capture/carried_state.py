@@ -10,7 +10,6 @@ import inspect
 import io
 import os
 import textwrap
-import types
 import warnings
 from typing import Any
 
