@@ -18,7 +18,8 @@ import torch.utils._pytree as pytree
 
 from dycl_jax.capture import state_updates
 from dycl_jax.errors import DyclError, Location, limitation
-from dycl_jax.rewrite.attribute_watch import global_data, namespaces, watched
+from dycl_jax.rewrite.attribute_watch import kept, namespaces
+from dycl_jax.rewrite.converters.attribute_stores import targets
 
 Snapshot = list[tuple[torch.nn.Module, dict[str, Any], dict[str, Any]]]  # module, its attributes, list/dict items
 
@@ -85,10 +86,7 @@ def _holders(model: torch.nn.Module) -> list[Any]:
 def _snapshot(model: torch.nn.Module, holders: list[Any] | None = None) -> Snapshot:
     out: Snapshot = []
     for m in holders if holders is not None else model.modules():
-        if isinstance(m, _Globals):
-            attrs = {k: v for k, v in vars(m).items() if global_data(k, v)}
-        else:
-            attrs = {k: v for k, v in vars(m).items() if watched(k)}
+        attrs = {k: v for k, v in vars(m).items() if kept(isinstance(m, _Globals), k, v)}
         items = {k: (list(v) if isinstance(v, list) else dict(v)) for k, v in attrs.items() if isinstance(v, (list, dict))}
         out.append((m, attrs, items))
     return out
@@ -96,8 +94,7 @@ def _snapshot(model: torch.nn.Module, holders: list[Any] | None = None) -> Snaps
 
 def _restore(snap: Snapshot) -> None:
     for m, attrs, items in snap:
-        made = [k for k, v in vars(m).items() if k not in attrs and
-                (global_data(k, v) if isinstance(m, _Globals) else watched(k))]
+        made = [k for k, v in vars(m).items() if k not in attrs and kept(isinstance(m, _Globals), k, v)]
         for k in made:  # made by the calls
             del m.__dict__[k]
         m.__dict__.update(attrs)
@@ -183,10 +180,8 @@ def _written_at(cls: type, attr: str) -> Location | None:
         if not isinstance(fn, ast.FunctionDef) or fn.name == "__init__":
             continue
         for node in ast.walk(fn):
-            targets = node.targets if isinstance(node, ast.Assign) else \
-                [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else []
             if any(isinstance(t, ast.Attribute) and t.attr == attr and isinstance(t.value, ast.Name)
-                   and t.value.id == "self" for t in targets):
+                   and t.value.id == "self" for t in targets(node)):
                 found.append((fn.name != "forward", node.lineno))
     if not found or file is None:
         return None
@@ -215,8 +210,7 @@ def _global_written_at(namespace: dict, name: str) -> Location | None:
 
 
 def _touches(node: ast.stmt, name: str) -> bool:
-    targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AugAssign) else []
-    for t in targets:
+    for t in targets(node):
         root = t
         while isinstance(root, (ast.Subscript, ast.Attribute)):
             root = root.value

@@ -247,8 +247,7 @@ def capture(
             try:
                 ep = torch.export.export(wrapper, tuple(tensors), dynamic_shapes=_dynamic_shapes(tensors, dynamic_batch))
             finally:  # a failed export may have drawn as well: the generators go back either way
-                which = host_rng.drawn(generators)
-                host_rng.restore(generators)
+                which = host_rng.restore(generators)
             if which is not None:
                 raise host_rng.refusal(which, attribute_watch.user_functions([model]))
             exported, cpu_exported = time.perf_counter(), time.process_time()

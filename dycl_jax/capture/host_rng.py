@@ -43,9 +43,12 @@ def drawn(before: tuple[Any, Any]) -> str | None:
     return None
 
 
-def restore(before: tuple[Any, Any]) -> None:
+def restore(before: tuple[Any, Any]) -> str | None:
+    """Put the generators back as they were at `before`; which one had advanced (`drawn`), if any."""
+    which = drawn(before)
     random.setstate(before[0])
     np.random.set_state(before[1])
+    return which
 
 
 def refusal(which: str, functions: Iterable[types.FunctionType]) -> DyclError:

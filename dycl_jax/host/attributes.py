@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from dycl_jax.rewrite.attribute_watch import global_data, identical, watched
+from dycl_jax.rewrite.attribute_watch import identical, kept
 
 
 
@@ -87,7 +87,7 @@ class DynamicAttributes:
 
     def _kept(self, i: int, key: str, value: Any) -> bool:
         """Whether entry `key` of dict i is watched: a public module attribute, a global holding data."""
-        return global_data(key, value) if i >= self._first_global else watched(key)
+        return kept(i >= self._first_global, key, value)
 
     def global_changes(self, changes: list[tuple[dict, str, Any]]) -> list[tuple[dict, str]]:
         """The (namespace, name) of each change that is to a global."""

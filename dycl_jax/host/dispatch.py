@@ -876,16 +876,14 @@ class DispatchHost:
         if not any(isinstance(v, values.ARRAYS) for v in leaves):
             # no tensor in: run it as Python; if no tensor comes out and no attribute changes, it stays Python
             probe_vals, probe_attrs = jax.tree_util.tree_unflatten(tree, leaves)
-            before, generators = self.attrs.snapshot(), host_rng.state()
-            watch = None if self.train else self._module_state.watch()
-            with _land(True), torch.no_grad():
-                outs, _ = self._body(spec, part, fns)(probe_vals, probe_attrs)
-            if watch is not None:  # `self.calls += 1` takes no tensor in, yet updates the module's buffer
-                self._module_state.refuse_updates(watch, Location(spec.file, spec.statements[part.first].line,
-                                                                  spec.statements[part.first].code), self._state)
-            quiet = not self.attrs.changed(before)
-            self.attrs.restore(before)
-            host_rng.restore(generators)  # a probe: the real run draws the numbers torch's would
+            with self._probing() as before:
+                watch = None if self.train else self._module_state.watch()
+                with _land(True), torch.no_grad():
+                    outs, _ = self._body(spec, part, fns)(probe_vals, probe_attrs)
+                if watch is not None:  # `self.calls += 1` takes no tensor in, yet updates the module's buffer
+                    self._module_state.refuse_updates(watch, Location(spec.file, spec.statements[part.first].line,
+                                                                      spec.statements[part.first].code), self._state)
+                quiet = not self.attrs.changed(before)
             if quiet and not any(isinstance(v, torch.Tensor) for v in leaves_in_order(outs)):
                 part.cache[key] = DIRECT
                 return run_statements(spec, fns[part.first:part.stop], vals, part.ins, part.outs, part.first)
@@ -987,8 +985,7 @@ class DispatchHost:
                 changes = self.attrs.changed(before) + (self._written or [])
                 self._written = None
                 self.attrs.restore(before)
-                which = host_rng.drawn(generators)
-                host_rng.restore(generators)
+                which = host_rng.restore(generators)
             if which is not None:  # the program would hold the one number drawn: the part runs in Python
                 raise host_rng.Drawn(f"it draws from {which}'s global generator, whose one draw at capture a "
                                      "compiled program would hold")
@@ -1028,10 +1025,9 @@ class DispatchHost:
         are constants or symbols of its own, not values of a whole list."""
         vals, _ = jax.tree_util.tree_unflatten(tree, leaves)  # fresh containers: the probe must not change the caller's
         env = dict(zip(part.ins, vals))
-        before, generators = self.attrs.snapshot(), host_rng.state()
         k = 0
         try:
-            with _land(True), torch.no_grad():
+            with self._probing() as before, _land(True), torch.no_grad():
                 for st, fn in zip(spec.statements[part.first:part.stop - 1], fns[part.first:part.stop - 1]):
                     args = [env[n] for n in st.ins]
                     # only immutable Python values in (ints, strings, lists of them as fresh copies):
@@ -1047,9 +1043,6 @@ class DispatchHost:
         except Exception as exc:  # noqa: BLE001  (the statement raises again where it really runs)
             if raised_by_us(exc):
                 raise  # our bug, not the user's statement failing on these values
-        finally:
-            self.attrs.restore(before)
-            host_rng.restore(generators)
         return k
 
     def _check_arguments_kept(self, spec: RegionSpec, part: Part, leaves: list, mutated: tuple[int, ...]) -> None:
@@ -1165,14 +1158,21 @@ class DispatchHost:
 
     def _only_moves(self, spec: RegionSpec, part: Part, fns: Sequence[Callable], leaves: list, tree: Any) -> bool:
         """Whether the part only moves its arrays here (`carried.only_moves`) and changes no module attribute."""
-        before, generators = self.attrs.snapshot(), host_rng.state()
-        try:
+        with self._probing() as before:
             with _land(True), torch.no_grad():
                 moves = only_moves(self._body(spec, part, fns), leaves, tree)
             try:
                 return moves and not self.attrs.changed(before)
             except StandUsed:  # reading a module attribute met a stand-in: the part stores an array there
                 return False
+
+    @contextlib.contextmanager
+    def _probing(self) -> Iterator[Any]:
+        """Around a probe run of a part: the module attributes and the random generators put back
+        after it (so the real run draws the numbers torch's would); yields the attribute snapshot."""
+        before, generators = self.attrs.snapshot(), host_rng.state()
+        try:
+            yield before
         finally:
             self.attrs.restore(before)
             host_rng.restore(generators)

@@ -104,7 +104,7 @@ def _walk(classes: frozenset) -> tuple[list[types.FunctionType], list[dict]]:
     return functions, list(spaces.values())
 
 
-def _kept(is_global: bool, key: str, value: Any) -> bool:
+def kept(is_global: bool, key: str, value: Any) -> bool:
     """Whether a dict entry is watched: a module's public attribute, or a global holding data."""
     return global_data(key, value) if is_global else watched(key)
 
@@ -161,7 +161,7 @@ def _containers(d: dict, vals: tuple, is_global: bool) -> list[tuple[str, Any]]:
     cached = _CONTAINERS.get(id(d))
     if cached is not None and cached[0] is d and identical(cached[1], vals):
         return cached[2]
-    found = [(k, v) for k, v in d.items() if type(v) in (list, dict, set) and _kept(is_global, k, v)]
+    found = [(k, v) for k, v in d.items() if type(v) in (list, dict, set) and kept(is_global, k, v)]
     _CONTAINERS[id(d)] = (d, vals, found)
     return found
 
@@ -197,8 +197,8 @@ def changed(before: Snapshot) -> list[str]:
             continue
         then = dict(zip(before.keys[i], before.vals[i]))
         is_global = i >= before.globals_from
-        for k in {k for k, v in d.items() if _kept(is_global, k, v)} | \
-                {k for k, v in then.items() if _kept(is_global, k, v)}:
+        for k in {k for k, v in d.items() if kept(is_global, k, v)} | \
+                {k for k, v in then.items() if kept(is_global, k, v)}:
             if k not in d or k not in then or d[k] is not then[k]:
                 out.add((i, k))
     for i, k, v, copy in before.boxes:
@@ -214,10 +214,10 @@ def restore(before: Snapshot) -> None:
             continue
         then = dict(zip(before.keys[i], before.vals[i]))
         is_global = i >= before.globals_from
-        for k in [k for k, v in d.items() if _kept(is_global, k, v) and k not in then]:
+        for k in [k for k, v in d.items() if kept(is_global, k, v) and k not in then]:
             del d[k]
         for k, v in then.items():
-            if _kept(is_global, k, v):
+            if kept(is_global, k, v):
                 d[k] = v
     for _, _, v, copy in before.boxes:
         if isinstance(v, list):

@@ -92,7 +92,7 @@ def _mutating_call(s: ast.stmt, self_name: str, outer: frozenset[str]) -> str | 
     return None
 
 
-def _targets(s: ast.stmt) -> list[ast.expr]:
+def targets(s: ast.stmt) -> list[ast.expr]:
     """What an assignment or `del` binds (nothing for other statements)."""
     if isinstance(s, (ast.Assign, ast.Delete)):
         return s.targets
@@ -100,7 +100,7 @@ def _targets(s: ast.stmt) -> list[ast.expr]:
 
 
 def _changed(s: ast.stmt, self_name: str, outer: frozenset[str], declared: set[str]) -> str | None:
-    for t in _targets(s):
+    for t in targets(s):
         found = _stored(t, self_name, outer, declared)
         if found is not None:
             return found
@@ -111,7 +111,7 @@ def _outer_change(s: ast.stmt, outer: frozenset[str], declared: set[str]) -> boo
     """Whether the statement changes a global or an enclosing function's variable: assigns a name
     declared `global`/`nonlocal`, or stores into, or calls a mutating method of, a value reached
     from such a name (`COUNTS["n"] = 1`, `CONFIG.x = 1`, `SEEN.append(t)`)."""
-    for t in _targets(s):
+    for t in targets(s):
         for node in ast.walk(t):
             if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)) and node.id in declared:
                 return True
