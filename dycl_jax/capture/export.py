@@ -16,7 +16,7 @@ import torch.utils._pytree as pytree
 from torch.export import Dim, ExportedProgram
 from torch.export.graph_signature import InputKind, OutputKind
 
-from dycl_jax.capture import bounded_rows, host_rng
+from dycl_jax.capture import bounded_rows, host_clock, host_rng
 from dycl_jax.capture.checked_linalg import UNCHECKED
 from dycl_jax.capture.composite_override import fast_override
 from dycl_jax.capture.shims import capture_shims
@@ -93,7 +93,7 @@ class _MethodWrapper(torch.nn.Module):
         leaves = list(self._leaves)
         for i, t in zip(self._tensor_index, tensors):
             leaves[i] = t
-        with caller_tensors(tensors), python_builtins():  # Python's max/min, not export's torch.maximum
+        with caller_tensors(tensors), python_builtins(), host_clock.watched():  # Python's max/min, not export's torch.maximum
             out = getattr(self.m, self._method)(*pytree.tree_unflatten(leaves, self._spec))
         flat, out_spec = pytree.tree_flatten(out)
         self._sink(out_spec=out_spec, out_is_python=[not isinstance(v, torch.Tensor) for v in flat])

@@ -1,4 +1,4 @@
-"""Draws from Python's or numpy's global random generator while a program is traced or captured.
+"""Draws from Python's or numpy's global random generator, and clock reads, while a program is traced or captured.
 
 `random.random() < p` or `np.random.randint(3)` in a forward (exploration, a random depth)
 runs once when torch.export traces the code: the program would hold that one number and take
@@ -7,6 +7,9 @@ this module's: its draws are graph ops (the staged host refuses them, the dispat
 them in torch). The states are compared around each capture; a capture that drew is refused
 (staged) or run on the host, where Python draws on every call (dispatch), and the generators
 are put back, so the host's draws are the numbers torch's run would see under the same seed.
+A read of the clock (`time.perf_counter()` against a time budget) is the same kind of input:
+capture/host_clock.py counts them, and the count is part of the state compared here (a clock is
+not put back).
 """
 from __future__ import annotations
 
@@ -20,44 +23,65 @@ from typing import Any, Iterable
 
 import numpy as np
 
+from dycl_jax.capture import host_clock
 from dycl_jax.errors import DyclError, Location
 
 _MODULES = ("random", "numpy.random", "numpy.random.mtrand")
 
 
 class Drawn(Exception):
-    """A capture drew from Python's or numpy's generator (the message says which)."""
+    """A capture drew from Python's or numpy's generator or read the clock (the message says which)."""
 
 
-def state() -> tuple[Any, Any]:
-    return random.getstate(), np.random.get_state()
+def state() -> tuple[Any, Any, int]:
+    return random.getstate(), np.random.get_state(), host_clock.count()
 
 
-def drawn(before: tuple[Any, Any]) -> str | None:
-    """Which generator advanced since `before` ("random" or "numpy.random"), or None."""
+def drawn(before: tuple[Any, Any, int]) -> str | None:
+    """Which generator advanced since `before` ("random" or "numpy.random"), or the clock function
+    the user's code read ("time.perf_counter"), or None."""
     if random.getstate() != before[0]:
         return "random"
     now = np.random.get_state()
     if now[2] != before[1][2] or not np.array_equal(now[1], before[1][1]) or now[3:] != before[1][3:]:
         return "numpy.random"
+    if host_clock.count() != before[2]:
+        read = host_clock.last_read()
+        return read.function if read is not None else "time"
     return None
 
 
-def restore(before: tuple[Any, Any]) -> str | None:
-    """Put the generators back as they were at `before`; which one had advanced (`drawn`), if any."""
+def restore(before: tuple[Any, Any, int]) -> str | None:
+    """Put the generators back as they were at `before`; which one had advanced, or which clock was
+    read (`drawn`), if any."""
     which = drawn(before)
     random.setstate(before[0])
     np.random.set_state(before[1])
     return which
 
 
+def effect(which: str) -> str:
+    """What the code did, for a message: "draws from random's global generator", "reads the clock (time.time)"."""
+    if which.startswith("time"):
+        return f"reads the clock ({which})"
+    return f"draws from {which}'s global generator"
+
+
 def refusal(which: str, functions: Iterable[types.FunctionType]) -> DyclError:
-    """The staged host's located error: the first call of the generator in the model's code."""
-    where = find_draw(functions)
+    """The staged host's located error: the first read of the clock, or the first call of the
+    generator in the model's code."""
+    if which.startswith("time"):
+        read = host_clock.last_read()
+        return DyclError(
+            f"the method {effect(which)} while it is traced; one staged XLA program would hold that one reading "
+            "and take the same path on every call, where torch reads the clock again each time",
+            location=read.location if read is not None else None,
+            fix='convert with host="auto" (the default) or host="dispatch": that host runs the statement that '
+                "reads the clock in Python on every call")
     return DyclError(
-        f"the method draws from {which}'s global generator while it is traced; one staged XLA program would hold "
+        f"the method {effect(which)} while it is traced; one staged XLA program would hold "
         "that one number and take the same path on every call, where torch draws again each time",
-        location=where,
+        location=find_draw(functions),
         fix='convert with host="auto" (the default) or host="dispatch": that host runs the statement that draws '
             "in Python on every call")
 

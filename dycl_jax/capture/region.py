@@ -13,7 +13,7 @@ import numpy as np
 import torch
 from torch.export import ExportedProgram
 
-from dycl_jax.capture import int_inputs
+from dycl_jax.capture import host_clock, int_inputs
 from dycl_jax.capture.ordered_dicts import keep_order
 from dycl_jax.capture.export import StateEntry, _eval_mode, _quiet_torch_logs, _state_entries, _strip, to_core_aten
 from dycl_jax.capture.train_mode import training
@@ -111,8 +111,8 @@ class _CallWrapper(torch.nn.Module):
         for i, j in self._same.items():
             leaves[i] = leaves[j]
         versions = [leaves[i]._version for i in self._checked]
-        # a staged branch must not update them; Python's max/min, not export's torch.maximum
-        with caller_tensors([leaves[i] for i in self._callers]), python_builtins():
+        # a staged branch must not update them; Python's max/min, not export's torch.maximum; clock reads counted
+        with caller_tensors([leaves[i] for i in self._callers]), python_builtins(), host_clock.watched():
             out = self._fn(*jax.tree_util.tree_unflatten(self._tree, leaves))
         flat, tree = jax.tree_util.tree_flatten(keep_order(out))  # dicts come back in their own key order
         lost_update(self._leaves, [leaves[i] if i not in self._bases else None for i in self._checked], versions,

@@ -7,6 +7,8 @@ import copy
 import builtins
 import linecache
 import math
+import random
+import time
 import types
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,7 +23,8 @@ _CALLS = {"region": "region", "island": "island", "decide": "decide", "defined":
 _NAMES = {"Undefined", "NOT_STAGED"}
 # what a plain-Python statement may do to an array: read Python values out of it
 _ARRAY_READS = {"item", "tolist", "shape", "append", "extend", "ndim"}
-_MODULES = {np: "numpy", math: "math"}
+# modules the emitted host code may use as they are (a clock read, a Python draw: every call, as torch)
+_MODULES = {np: "numpy", math: "math", time: "time", random: "random"}
 # what a statement computing Python values from sizes only may read (runs on `ShapeView`s)
 SHAPE_READS = {"shape", "numel", "size", "dim", "ndim"}
 

@@ -266,6 +266,9 @@ class HostedEmitter:
             fn = copy.deepcopy(fn)
             fn.args.posonlyargs = fn.args.posonlyargs[1:]  # `rt`
             body = self.statements(fn.body, self.program.generated[fname])
+            owners = [self.host.root.get_submodule(p) for p, ms in self.program.methods.items() if fname in ms.values()]
+            body = [_AttributeValues(owners, self.program.files[fname], self.program.generated[fname]).visit(s)
+                    for s in body]
             fn.body = body or [ast.Pass()]
             names = {n for n in _free_names(fn) if not n.startswith("_dycl_") and n not in self.emitted}
             self.out.globals.update(_globals_text(names, self.program.namespaces[fname], self.program.files[fname],
@@ -512,6 +515,33 @@ class _Operators(ast.NodeTransformer):
     def visit_Call(self, node: ast.Call) -> Any:
         self.generic_visit(node)
         return node.args[0] if _rt_call(node) in ("decide", "defined") else node
+
+
+class _AttributeValues(ast.NodeTransformer):
+    """`self.budget` read by host code, where it holds a Python number, string or None: that value,
+    as the compiled regions hold the attributes they read (the emitted classes keep no such
+    attributes). Instances of one class that hold different values cannot share the method: refused."""
+
+    def __init__(self, owners: list[Any], file: str, generated: str):
+        self.owners, self.file, self.generated = owners, file, generated
+
+    def visit_Attribute(self, node: ast.Attribute) -> Any:
+        self.generic_visit(node)
+        if not (isinstance(node.value, ast.Name) and node.value.id == "self" and isinstance(node.ctx, ast.Load)):
+            return node
+        found = [getattr(m, node.attr, _ABSENT) for m in self.owners]
+        if not found or any(v is not None and type(v) not in (bool, int, float, str) for v in found):
+            return node  # a submodule, a parameter (the emitted classes hold them), or not plain
+        if any(v != found[0] or type(v) is not type(found[0]) for v in found):
+            where = origins.resolve(self.generated, getattr(node, "lineno", 0)) or Location(self.file, 0, "")
+            raise DyclError(f"the host code reads `self.{node.attr}`, which instances of one class hold with different "
+                            f"values ({', '.join(sorted({repr(v) for v in found}))}); the emitted method is shared by "
+                            "those instances and holds no per-instance Python attributes", location=where,
+                            fix="keep this model in Python (jm(...)), or give the instances one value")
+        return ast.copy_location(ast.Constant(found[0]), node)
+
+
+_ABSENT = object()
 
 
 class _SizesAsJax(ast.NodeTransformer):

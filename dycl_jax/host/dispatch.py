@@ -32,7 +32,7 @@ from dycl_jax.capture.region import HostValueError, capture_call, lost_update, v
 from dycl_jax.errors import (AliasedUpdateError, CallError, DyclError, InputMutationError, Location,
                              StagedAliasError, limitation, raised_by_us)
 from dycl_jax.host import jax_ops, reads, specialised, training, values, whole
-from dycl_jax.host.carried import StandUsed, carry, only_moves
+from dycl_jax.host.carried import StandUsed, carry, from_stand, only_moves
 from dycl_jax.host.attributes import DynamicAttributes
 from dycl_jax.host.module_state import ModuleState
 from dycl_jax.host.view_families import Families
@@ -248,6 +248,15 @@ def _getter(indices: list[int]) -> Callable[[Sequence[Any]], list]:
 
 
 _MISSED = object()  # no compiled program for this call (DispatchHost._compiled_call)
+_IMMUTABLE = frozenset((int, float, bool, str, type(None)))  # values a Python statement cannot change in place
+
+
+def _immutable(vals: tuple, arrays: bool = False) -> bool:
+    """Inputs a Python statement cannot change in place (a module's attributes are watched apart),
+    with `arrays`, JAX arrays too."""
+    return all(type(v) in _IMMUTABLE or isinstance(v, torch.nn.Module) or arrays and isinstance(v, values.ARRAYS)
+               for v in vals)
+
 DIRECT = "python"  # a signature with no tensors in or out: the statements run as plain Python
 EAGER = "host"  # the part runs on the host (JAX ops on concrete arrays, or torch)
 CARRIED = "carried"  # its statements only move their arrays: they run as Python (host/carried.py)
@@ -292,6 +301,9 @@ class Part:
     changes: bool = False
     # an island's signatures seen once whose program would hold new int values (host/specialised.py)
     deferred: set = field(default_factory=set)
+    # signatures, Python number values left out, at which the part ran as plain Python (DIRECT): a
+    # float new at every call (a clock reading, a running score), or a counter, is no new signature there
+    direct_scalars: dict = field(default_factory=dict)  # -> DIRECT | CARRIED
 
 
 @dataclass
@@ -669,6 +681,10 @@ class DispatchHost:
         entry = part.cache.get(key)
         if entry is None and part.symbolic:
             entry = _variant(part, key, leaves, tree)
+        if entry is None and part.direct_scalars and attrs is None:
+            got = self._direct_at_new_values(st.spec, part, fns, vals, key)
+            if got is not None:
+                return got
         if entry is None or entry == READ:
             got = self._read(st.spec, part, vals)
             if got is not reads.NOT_READ:
@@ -886,10 +902,14 @@ class DispatchHost:
                 quiet = not self.attrs.changed(before)
             if quiet and not any(isinstance(v, torch.Tensor) for v in leaves_in_order(outs)):
                 part.cache[key] = DIRECT
+                if _immutable(vals):
+                    part.direct_scalars[values.scalars_left_out(key)] = DIRECT
                 return run_statements(spec, fns[part.first:part.stop], vals, part.ins, part.outs, part.first)
         elif spec.kind == "region" and not self.train and self._only_moves(spec, part, fns, leaves, tree):
             # e.g. `candidates.append((score + v, toks + [i], h))`: a capture per float value, for nothing
             part.cache[key] = CARRIED
+            if _immutable(vals, arrays=True) and not self.attrs.slots:
+                part.direct_scalars[values.scalars_left_out(key)] = CARRIED
             return self._with_attrs(carry(self._body(spec, part, fns), leaves, tree))
         if part.stop - part.first > 1:
             k = self._python_prefix(spec, part, fns, leaves, tree)
@@ -987,8 +1007,8 @@ class DispatchHost:
                 self.attrs.restore(before)
                 which = host_rng.restore(generators)
             if which is not None:  # the program would hold the one number drawn: the part runs in Python
-                raise host_rng.Drawn(f"it draws from {which}'s global generator, whose one draw at capture a "
-                                     "compiled program would hold")
+                raise host_rng.Drawn(f"it {host_rng.effect(which)}, whose one value at capture a compiled "
+                                     "program would hold")
             self._refuse_global_changes(changes, before, spec, part)
             if self.attrs.register(changes):
                 raise _NewAttributes()
@@ -1017,6 +1037,38 @@ class DispatchHost:
         found.append(entry)
         part.cache[("variant", id(entry))] = entry  # listed with the part's other signatures (report)
         part.served[id(entry)] = {key: None}
+
+    def _direct_at_new_values(self, spec: RegionSpec, part: Part, fns: Sequence[Callable], vals: tuple,
+                              key: Any) -> tuple | None:
+        """The outputs of a part that ran as plain Python (DIRECT) or only moved its arrays (CARRIED)
+        at a signature differing from this one in Python number values only: run once so again (its
+        inputs immutable: nothing to put back), where it again gives no tensor, reads no array and
+        changes no module attribute or buffer; else None (the first-call path runs it). No cache
+        entry per value: a clock reading would add one at every call."""
+        kind = part.direct_scalars.get(values.scalars_left_out(key))
+        if kind is None or not _immutable(vals, arrays=kind == CARRIED):
+            return None
+        before = self.attrs.snapshot()
+        watch = None if self.train else self._module_state.watch()
+        try:
+            with _land(True), torch.no_grad():
+                if kind == DIRECT:
+                    outs = run_statements(spec, fns[part.first:part.stop], vals, part.ins, part.outs, part.first)
+                else:
+                    leaves, tree, _ = values.call_key(vals, None)
+                    outs, _ = carry(self._body(spec, part, fns), leaves, tree)
+        except Exception as exc:  # noqa: BLE001
+            if not from_stand(exc):
+                raise  # the user's statement fails here, as in torch
+            outs = None  # an array's value is read at these values: the first-call path captures it
+        if watch is not None:
+            self._module_state.refuse_updates(watch, Location(spec.file, spec.statements[part.first].line,
+                                                              spec.statements[part.first].code), self._state)
+        if outs is None or self.attrs.changed(before) \
+                or any(isinstance(v, torch.Tensor) for v in leaves_in_order(outs)):
+            self.attrs.restore(before)
+            return None
+        return outs
 
     def _python_prefix(self, spec: RegionSpec, part: Part, fns: Sequence[Callable], leaves: list, tree: Any) -> int:
         """How many leading assignments (not all) take and give only plain Python values here

@@ -124,6 +124,15 @@ def live(v: Any) -> bool:
     return isinstance(v, (collections.abc.Iterator, *_VIEWS))
 
 
+def scalars_left_out(key: tuple) -> tuple:
+    """A `call_key` signature with the values of its int, float and bool leaves left out (their types kept)."""
+    tree, keys, grad, same = key
+    return tree, tuple((k[0],) if type(k) is tuple and len(k) == 2 and k[0] in _SCALARS else k for k in keys), grad, same
+
+
+_SCALARS = (int, float, bool)
+
+
 def call_key(vals: tuple, attrs: tuple | None, grad: bool | None = None) -> tuple[list, Any, tuple]:
     """(leaves, tree, signature key) of a part's inputs `vals` and module attribute values
     `attrs`: key = (tree, leaf keys, grad mode (torch's now, unless `grad` says), aliased array

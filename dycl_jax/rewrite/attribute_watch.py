@@ -60,10 +60,19 @@ def _user_code(roots: list[torch.nn.Module]) -> tuple[list, list[dict]]:
     return found
 
 
-def _user_space(namespace: dict) -> bool:
+def user_space(namespace: dict) -> bool:
+    """Whether a module's globals are the user's (not the standard library, site-packages or this package)."""
     file = namespace.get("__file__")
     if not isinstance(file, str):
         return namespace.get("__name__") == "__main__"  # a notebook's or an interactive session's code
+    return user_file(file)
+
+
+def user_file(file: str) -> bool:
+    """Whether a code file is the user's: generated code (the rewrite's, a notebook cell's) counts,
+    the standard library's frozen modules do not."""
+    if file.startswith("<"):
+        return not file.startswith("<frozen")
     return not os.path.abspath(file).startswith(_LIBRARY)
 
 
@@ -85,7 +94,7 @@ def _walk(classes: frozenset) -> tuple[list[types.FunctionType], list[dict]]:
     seen: set[int] = set()
     while todo and len(seen) < _MOST_FUNCTIONS:
         fn = todo.pop()
-        if id(fn) in seen or id(fn) not in methods and not _user_space(fn.__globals__):
+        if id(fn) in seen or id(fn) not in methods and not user_space(fn.__globals__):
             continue
         seen.add(id(fn))
         functions.append(fn)
@@ -98,7 +107,7 @@ def _walk(classes: frozenset) -> tuple[list[types.FunctionType], list[dict]]:
                 todo.insert(0, v)
             elif isinstance(v, type) and v not in classes:
                 todo[:0] = _functions_of(v)
-            elif isinstance(v, types.ModuleType) and _user_space(vars(v)):
+            elif isinstance(v, types.ModuleType) and user_space(vars(v)):
                 spaces.setdefault(id(vars(v)), vars(v))
                 todo[:0] = [w for w in (vars(v).get(n) for n in sorted(names)) if isinstance(w, types.FunctionType)]
     return functions, list(spaces.values())

@@ -1,0 +1,128 @@
+"""Clock reads in the user's code while a program is captured.
+
+`start = time.perf_counter()` ... `if time.perf_counter() - start > budget: break` (anytime
+inference under a time budget) reads the clock once when torch.export traces the code: a program
+would hold that one reading and take the same path on every call, where torch reads the clock
+again each time. While `watched()` is active, the `time` module's clock functions (and the user's
+globals bound to them, `from time import perf_counter`) count the reads made by the user's code
+(library frames, torch's own timers among them, pass through uncounted); host_rng compares the
+count around each capture as it compares the random generators' states.
+"""
+from __future__ import annotations
+
+import contextlib
+import linecache
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
+
+from dycl_jax.errors import Location
+from dycl_jax.rewrite.attribute_watch import user_file, user_space
+from dycl_jax.source import origins
+
+_NAMES = ("time", "time_ns", "perf_counter", "perf_counter_ns", "monotonic", "monotonic_ns", "process_time",
+          "process_time_ns", "thread_time", "thread_time_ns", "clock_gettime", "clock_gettime_ns")
+_ORIGINALS: dict[str, Callable[..., Any]] = {n: getattr(time, n) for n in _NAMES if hasattr(time, n)}
+
+
+@dataclass(frozen=True)
+class Read:
+    """One read of the clock by the user's code: which function, and where."""
+
+    function: str  # "time.perf_counter"
+    location: Location | None
+
+
+_count = 0  # reads by the user's code while watched, ever (host_rng compares it around a capture)
+_first: Read | None = None  # the latest watch's first read (its location for the refusal)
+_depth = 0  # nested watches install the wrappers once
+
+
+def count() -> int:
+    return _count
+
+
+def last_read() -> Read | None:
+    """The first read seen by the latest watch that saw one."""
+    return _first
+
+
+@contextlib.contextmanager
+def watched() -> Iterator[None]:
+    """Count the user's clock reads for the duration."""
+    global _depth, _first
+    if _depth:
+        _depth += 1
+        try:
+            yield
+        finally:
+            _depth -= 1
+        return
+    _first = None
+    # what the names hold now (a test's fake clock included) is wrapped, and put back after
+    current = {name: getattr(time, name) for name in _ORIGINALS}
+    wrappers = {name: _wrapper(name, fn) for name, fn in current.items()}
+    aliases = [(namespace, key, value, wrappers[name] if value is current[name] else _wrapper(name, value))
+               for namespace, key, name, value in _aliases(current)]
+    for name, wrapper in wrappers.items():
+        setattr(time, name, wrapper)
+    for namespace, key, _, wrapper in aliases:
+        namespace[key] = wrapper
+    _depth = 1
+    try:
+        yield
+    finally:
+        _depth = 0
+        for name, fn in current.items():
+            setattr(time, name, fn)
+        for namespace, key, value, wrapper in aliases:
+            if namespace.get(key) is wrapper:  # (unless the user's code rebound the name meanwhile)
+                namespace[key] = value
+
+
+def _aliases(current: dict[str, Callable[..., Any]]) -> list[tuple[dict, str, str, Any]]:
+    """Globals of the user's modules bound to a clock function (`from time import perf_counter as
+    now`): (globals, key, which clock, the value)."""
+    known = {id(fn): (name, fn) for name in current for fn in (current[name], _ORIGINALS[name])}
+    found = []
+    for module in list(sys.modules.values()):
+        namespace = getattr(module, "__dict__", None)
+        if not isinstance(namespace, dict) or not _user_module(module, namespace):
+            continue
+        for key, value in list(namespace.items()):
+            hit = known.get(id(value))
+            if hit is not None and value is hit[1]:
+                found.append((namespace, key, hit[0], value))
+    return found
+
+
+_USER_MODULES: dict[int, tuple[Any, bool]] = {}  # id(module) -> (module, whether it is the user's)
+
+
+def _user_module(module: Any, namespace: dict) -> bool:
+    seen = _USER_MODULES.get(id(module))
+    if seen is None or seen[0] is not module:
+        seen = _USER_MODULES[id(module)] = (module, user_space(namespace))
+    return seen[1]
+
+
+def _wrapper(name: str, original: Callable[..., Any]) -> Callable[..., Any]:
+    def read(*args: Any) -> Any:
+        frame = sys._getframe(1)
+        if user_file(frame.f_code.co_filename):
+            _record(name, frame)
+        return original(*args)
+
+    read.__name__ = read.__qualname__ = name
+    read.__wrapped__ = original  # type: ignore[attr-defined]
+    return read
+
+
+def _record(name: str, frame: Any) -> None:
+    global _count, _first
+    _count += 1
+    if _first is None:
+        file, line = frame.f_code.co_filename, frame.f_lineno
+        where = origins.resolve(file, line) or Location(file, line, linecache.getline(file, line).strip())
+        _first = Read(f"time.{name}", where)
