@@ -25,6 +25,7 @@ from dycl_jax.errors import CaptureError, DyclError, InputMutationError, Locatio
 from dycl_jax.rewrite import attribute_watch
 from dycl_jax.rewrite.minmax import python_builtins
 from dycl_jax.rewrite.modes import caller_tensors
+from dycl_jax.rewrite.raises import PathRaised
 
 _PREFIX = "m."  # the user's module sits at `m` inside the wrapper below
 
@@ -254,6 +255,8 @@ def capture(
             ep = decompose(ep) if decompose else to_core_aten(ep)
             # bounded row selections (staged host only): row-wise, else refused
             bounded = bounded_rows.prove(ep.graph_module)
+    except PathRaised as raised:  # the user's `raise` inside a traced path (rewrite/raises.py)
+        raise raised.refusal() from raised.exc
     except DyclError:
         raise
     except Exception as exc:

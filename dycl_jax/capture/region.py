@@ -17,6 +17,7 @@ from dycl_jax.capture import host_clock, int_inputs
 from dycl_jax.capture.ordered_dicts import keep_order
 from dycl_jax.capture.export import StateEntry, _eval_mode, _quiet_torch_logs, _state_entries, _strip, to_core_aten
 from dycl_jax.capture.train_mode import training
+from dycl_jax.rewrite.raises import PathRaised
 from dycl_jax.capture.view_layout import make as make_view, view_layouts
 from dycl_jax.errors import CaptureError
 from dycl_jax.rewrite.minmax import python_builtins
@@ -262,7 +263,10 @@ def capture_call(root: torch.nn.Module, fn: Callable, args: tuple, context: Call
             shapes = int_inputs.export_spec(wrapper._index, dynamic) if dynamic else None
         if dynamic:
             stack.enter_context(int_inputs.symbolic_setitem())
-        ep = torch.export.export(wrapper, inputs, dynamic_shapes=shapes)
+        try:
+            ep = torch.export.export(wrapper, inputs, dynamic_shapes=shapes)
+        except PathRaised as raised:  # the user's `raise` inside a traced path (rewrite/raises.py)
+            raise raised.refusal() from raised.exc
         ep = to_core_aten(ep)
     ints = int_inputs.analyse(ep, wrapper._index, dynamic, sink["unresolved"], sink["computed"]) if dynamic else None
     mutations = tuple(_strip(s.target) for s in ep.graph_signature.output_specs

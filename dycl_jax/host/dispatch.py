@@ -301,8 +301,9 @@ class Part:
     changes: bool = False
     # an island's signatures seen once whose program would hold new int values (host/specialised.py)
     deferred: set = field(default_factory=set)
-    # signatures, Python number values left out, at which the part ran as plain Python (DIRECT): a
-    # float new at every call (a clock reading, a running score), or a counter, is no new signature there
+    # signatures, Python scalar values (numbers, strings) left out, at which the part ran as plain
+    # Python (DIRECT) or only moved arrays (CARRIED): a float new at every call (a clock reading, a
+    # running score), a counter or a label is no new signature there
     direct_scalars: dict = field(default_factory=dict)  # -> DIRECT | CARRIED
 
 
@@ -702,11 +703,20 @@ class DispatchHost:
         elif entry == DIRECT:
             return run_statements(st.spec, fns[part.first:part.stop], vals, part.ins, part.outs, part.first)
         elif entry == EAGER or part.host_reason is not None:
-            part.cache[key] = EAGER
+            # (on the host for good: one entry per signature less its Python numbers, for the report
+            # and emit/, so a value new at every call, a float read with `.item()`, adds none)
+            part.cache[key if part.host_reason is None else values.scalars_left_out(key)] = EAGER
             outs, new_attrs = self._eager(st.spec, part, fns, leaves, tree)
         else:
             if st.spec.kind == "island":
                 self._admit(part, key)
+            else:
+                choice = self._admit_floats(part, key)
+                if choice == "defer":  # a float value seen once: this call runs the part on the host
+                    return self._with_attrs(self._eager(st.spec, part, fns, leaves, tree))
+                if choice == "host":
+                    part.host_reason = specialised.float_reason()
+                    return self._on_host(st, part, fns, leaves, tree, key)
             return self._first_call(st, part, fns, vals, leaves, tree, key)
         if attrs is not None:
             self.attrs.write(new_attrs)
@@ -729,6 +739,15 @@ class DispatchHost:
                 k, kind, b, layout = pair
                 self.families.register(flat[k], leaves[b] if kind == "in" else flat[b], layout)
         return outs, attrs
+
+    @staticmethod
+    def _admit_floats(part: Part, key: Any) -> str | None:
+        """A region part at a signature that differs from one it has a program for in float values
+        only: "defer", "compile" or "host" as for islands' ints (host/specialised.py); else None."""
+        programs = [k for k, e in part.cache.items() if type(e) is Compiled and not e.symbolic]
+        if not any(specialised.floats_differ(key, k) for k in programs):
+            return None
+        return specialised.admit(part.deferred, len(programs), key)
 
     @staticmethod
     def _admit(part: Part, key: Any) -> None:
@@ -1041,7 +1060,7 @@ class DispatchHost:
     def _direct_at_new_values(self, spec: RegionSpec, part: Part, fns: Sequence[Callable], vals: tuple,
                               key: Any) -> tuple | None:
         """The outputs of a part that ran as plain Python (DIRECT) or only moved its arrays (CARRIED)
-        at a signature differing from this one in Python number values only: run once so again (its
+        at a signature differing from this one in Python scalar values only: run once so again (its
         inputs immutable: nothing to put back), where it again gives no tensor, reads no array and
         changes no module attribute or buffer; else None (the first-call path runs it). No cache
         entry per value: a clock reading would add one at every call."""

@@ -7,6 +7,8 @@ an unrolled decoder) on every call whose values are new, so a combination is com
 its second call (the first runs the island's host version: regions with the ints symbolic,
 which serve any values), and an island that has compiled `PROGRAMS` of them runs its host
 version from then on. Values seen again, as in serving the same shapes, run as one program.
+A region part whose programs differ only in the Python floats they hold (`x * score`, `score`
+read with `.item()`) is admitted the same way, its first sight of a value run on the host.
 """
 from __future__ import annotations
 
@@ -28,6 +30,14 @@ def ints_differ(key: tuple, other: tuple) -> bool:
     return all(a == b or a[0] is int and b[0] is int for a, b in zip(key[1], other[1]))
 
 
+def floats_differ(key: tuple, other: tuple) -> bool:
+    """Whether two signature keys differ only in the values of float leaves (a region's program
+    holds the Python floats it takes as constants: `x * score` with `score` from `.item()`)."""
+    if key[0] != other[0] or key[2:] != other[2:] or len(key[1]) != len(other[1]):
+        return False
+    return all(a == b or a[0] is float and b[0] is float for a, b in zip(key[1], other[1]))
+
+
 def admit(seen: set, programs: int, key: Any) -> str:
     """What an island specialised to its ints does on a call with signature `key` and no program:
     "defer" (first sight: the host version runs, `key` is remembered), "compile", or "host" (it
@@ -40,6 +50,13 @@ def admit(seen: set, programs: int, key: Any) -> str:
         seen.clear()
     seen.add(key)
     return "defer"
+
+
+def float_reason() -> str:
+    """The report's reason for a region part whose programs differ in float values only, once it
+    has PROGRAMS of them (a value new at every call would compile on every call)."""
+    return (f"its program holds the values of Python floats it takes, which took more than {PROGRAMS} "
+            "combinations (a float new at every call would compile at every call); it runs on the host")
 
 
 def host_reason() -> str:

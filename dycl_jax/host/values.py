@@ -125,12 +125,12 @@ def live(v: Any) -> bool:
 
 
 def scalars_left_out(key: tuple) -> tuple:
-    """A `call_key` signature with the values of its int, float and bool leaves left out (their types kept)."""
+    """A `call_key` signature with the values of its int, float, bool and str leaves left out (their types kept)."""
     tree, keys, grad, same = key
     return tree, tuple((k[0],) if type(k) is tuple and len(k) == 2 and k[0] in _SCALARS else k for k in keys), grad, same
 
 
-_SCALARS = (int, float, bool)
+_SCALARS = (int, float, bool, str)
 
 
 def call_key(vals: tuple, attrs: tuple | None, grad: bool | None = None) -> tuple[list, Any, tuple]:

@@ -34,6 +34,7 @@ from dycl_jax.rewrite.sites import ON_DISPATCH, Site
 from dycl_jax.rewrite.exits import ExitOnly, unless, with_dead  # noqa: F401  (unless: called by generated code)
 from dycl_jax.rewrite.exits import running as exit_running
 from dycl_jax.rewrite.frames import visible_locals
+from dycl_jax.rewrite.raises import PathRaised, raised_at
 from dycl_jax.rewrite.values import and_value, data, getitem, item_operand, np_reduce, or_value  # noqa: F401  (called by generated code)
 from dycl_jax.rewrite.regions import NOT_STAGED, decide, defined, island, region  # noqa: F401  (dispatch host)
 from dycl_jax.rewrite.padding import decoded, unrolled  # noqa: F401  (unrolled decode loops)
@@ -321,7 +322,8 @@ def _cond(pred: Any, true_fn: Callable, false_fn: Callable, inputs: tuple, site:
         false_fn = with_dead(false_fn, site)
     if padding.selects(site):
         try:
-            return _select(site, _pred(pred, site), true_fn, false_fn, inputs, exit_only, exit_running(pred))
+            return _select(site, _pred(pred, site), _raises_refused(site, true_fn), _raises_refused(site, false_fn),
+                           inputs, exit_only, exit_running(pred))
         except padding.NoSelect as no:
             # a variable differs between the paths: a cond (the select's nodes are dead code)
             # on the predicate the select marked, which has recorded its decision
@@ -409,7 +411,7 @@ def _choose(site: Site, candidates: list[tuple[int, Any]], fns: Sequence[Callabl
     if site.pad:  # a join of the method's return value in a method with an unrolled loop
         chosen = padding.prepare(site, chosen, exit_only)
     if mode in ("staging", "dry"):
-        chosen = [_unowned_updates_refused(site, fn) for fn in chosen]
+        chosen = [_unowned_updates_refused(site, _raises_refused(site, fn)) for fn in chosen]
     if mode == "staging":
         modes.note_decided(site)
         preds = [p for _, p in candidates[:-1]]
@@ -430,7 +432,8 @@ def _choose(site: Site, candidates: list[tuple[int, Any]], fns: Sequence[Callabl
     # tracing: the plan depends only on what plan_cache's key describes, so a call with an
     # equal key reuses it instead of dry-running every path again
     plan, pads = plan_cache.reuse(site, ("choose", tuple(i for i, _ in candidates), exit_only), tuple(chosen),
-                                  inputs, lambda: _dry_plan(site, sub, chosen, inputs, placeholders)[:2])
+                                  inputs, lambda: _dry_plan(site, sub, [_raises_refused(site, fn) for fn in chosen],
+                                                            inputs, placeholders)[:2])
     _check_split_aliases(site, plan, inputs)
     taken = next(k for k, (_, p) in enumerate(candidates) if p is True or bool(p))
     if plan.n_tensors and not marked:  # the staged program has a graph op here, and records its decision
@@ -445,6 +448,22 @@ def _inside_cond(fn: Callable) -> Callable:
     def path(*inputs: Any) -> Any:
         with modes.reached(modes.INSIDE_COND):
             return fn(*inputs)
+    return path
+
+
+def _raises_refused(site: Site, fn: Callable) -> Callable:
+    """`fn`, a path of a graph construct traced whether or not it is taken: an exception the user's
+    code raises there (`raise Exit(h)` as an early exit, a `raise ValueError` check) escapes as
+    `PathRaised`, which no `except` of the user's catches (it is no Exception): caught in the
+    method, the trace's exception would carry a traced tensor out of the path."""
+    def path(*inputs: Any) -> Any:
+        try:
+            return fn(*inputs)
+        except Exception as exc:
+            where = raised_at(exc)
+            if where is None:
+                raise  # torch's or our own: not a raise of the user's
+            raise PathRaised(site, exc, where) from exc
     return path
 
 
