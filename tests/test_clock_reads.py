@@ -22,6 +22,7 @@ from torch import nn
 import dycl_jax
 from differential import assert_same
 from dycl_jax.capture import host_clock
+from dycl_jax.host import dispatch
 from dycl_jax.errors import DyclError
 
 EMITTED = "clock_emitted"  # the module name the emitted source is loaded under
@@ -251,9 +252,11 @@ def test_an_emitted_dispatch_module_reads_the_clock_on_every_call(clock, tmp_pat
 
 
 @pytest.mark.parametrize("cls", [BudgetLoop, LatencyOutput])
-def test_a_new_reading_is_no_new_signature(cls, clock):
+def test_a_new_reading_is_no_new_signature(cls, clock, monkeypatch):
     """The statements that take a reading run as Python at a reading (a float) they have not
-    seen: no cache entry, probe or capture per value, so a long run's host does not grow."""
+    seen: no probe or capture per value, and no cache entry once a part holds DIRECT_ENTRIES
+    (here none beyond the first), so a long run's host does not grow."""
+    monkeypatch.setattr(dispatch, "DIRECT_ENTRIES", 0)
     torch.manual_seed(0)
     clock.reset(0.3)
     jm = dycl_jax.to_jax(cls().eval(), (_x(0),), host="dispatch")

@@ -248,6 +248,9 @@ def _getter(indices: list[int]) -> Callable[[Sequence[Any]], list]:
 
 
 _MISSED = object()  # no compiled program for this call (DispatchHost._compiled_call)
+# signatures a plain-Python part caches beyond its first (each a short way for values met again);
+# past them a new value runs checked as Python (`_direct_at_new_values`) with no entry
+DIRECT_ENTRIES = 64
 _IMMUTABLE = frozenset((int, float, bool, str, type(None)))  # values a Python statement cannot change in place
 
 
@@ -1062,8 +1065,8 @@ class DispatchHost:
         """The outputs of a part that ran as plain Python (DIRECT) or only moved its arrays (CARRIED)
         at a signature differing from this one in Python scalar values only: run once so again (its
         inputs immutable: nothing to put back), where it again gives no tensor, reads no array and
-        changes no module attribute or buffer; else None (the first-call path runs it). No cache
-        entry per value: a clock reading would add one at every call."""
+        changes no module attribute or buffer; else None (the first-call path runs it). Cached
+        only up to DIRECT_ENTRIES signatures: a clock reading would add one at every call."""
         kind = part.direct_scalars.get(values.scalars_left_out(key))
         if kind is None or not _immutable(vals, arrays=kind == CARRIED):
             return None
@@ -1087,6 +1090,8 @@ class DispatchHost:
                 or any(isinstance(v, torch.Tensor) for v in leaves_in_order(outs)):
             self.attrs.restore(before)
             return None
+        if len(part.cache) < DIRECT_ENTRIES:  # values met again (a step counter) take the short way
+            part.cache[key] = kind
         return outs
 
     def _python_prefix(self, spec: RegionSpec, part: Part, fns: Sequence[Callable], leaves: list, tree: Any) -> int:
