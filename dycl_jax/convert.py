@@ -33,6 +33,7 @@ from dycl_jax.report.dispatch import build_dispatch_report
 from dycl_jax.rewrite.api import UnrollOption, dispatch_plan, rewritten, staging
 from dycl_jax.rewrite.modes import exclusive
 from dycl_jax.rewrite import rows
+from dycl_jax.runtime.attribute_guard import guard_for
 from dycl_jax.runtime.decoded import finish
 from dycl_jax.runtime.model import JaxModel
 from dycl_jax.runtime.signature import CallSignature
@@ -91,7 +92,9 @@ def to_jax(
     each region on batch statistics writing its updates into the state as it runs.
     """
     with _generators_kept():
-        return _to_jax(model, example_args, method, host, dynamic_batch, max_len, train, rngs, progress)
+        jm = _to_jax(model, example_args, method, host, dynamic_batch, max_len, train, rngs, progress)
+    jm.signature.guard = guard_for(model)  # a call after an attribute it holds changed is refused
+    return jm
 
 
 @contextlib.contextmanager

@@ -35,6 +35,8 @@ class CallSignature:
     _flat_args: bool = field(default=False, init=False, repr=False, compare=False)
     _out_is_leaf: bool = field(default=False, init=False, repr=False, compare=False)
     _passed: set = field(default_factory=set, init=False, repr=False, compare=False)
+    # checks the torch model's attributes the program holds as values (runtime/attribute_guard.py)
+    guard: Any = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         n = len(self.inputs)
@@ -52,6 +54,8 @@ class CallSignature:
 
     def bind(self, args: tuple[Any, ...]) -> list[Any]:
         """The tensor inputs of a call, checked and converted to arrays JAX accepts."""
+        if self.guard is not None:
+            self.guard()
         if self._flat_args and len(args) == len(self.inputs):
             try:
                 key = tuple([(type(a), a.shape, a.dtype) for a in args])
