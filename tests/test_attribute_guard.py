@@ -6,7 +6,9 @@ Now a call after such a change raises a `CallError` naming the attribute and bot
 conversion after the change matches torch with the new value."""
 from __future__ import annotations
 
+import argparse
 import copy
+import logging
 
 import pytest
 import torch
@@ -101,3 +103,51 @@ def test_what_the_method_assigns_and_torchs_own_flags_are_not_guarded():
     model.head.in_features = model.head.in_features  # the same value again
     with torch.no_grad():
         assert_same(model(_x(4)), jm(_x(4)), "after unguarded changes")
+
+
+TEMPERATURE = 1.0
+CFG = argparse.Namespace(threshold=0.6, name="exit")
+LOG = logging.getLogger("dycl_jax.tests.attribute_guard")
+
+
+class SettingsEverywhere(nn.Module):
+    """Settings read from a global number, a global config object, a dict on the module; a memo
+    dict the forward fills (by a computed key) and a library logger beside them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 3)
+        self.opts = {"scale": 2.0}
+        self.seen: dict = {}
+
+    def forward(self, x):
+        logits = self.fc(x) / TEMPERATURE
+        LOG.debug("logits %s", logits.shape)
+        self.seen[x.shape[0]] = 1  # filled on first use: a memo, never guarded
+        if torch.softmax(logits, -1).max() > CFG.threshold:
+            return logits * self.opts["scale"], 1
+        return logits, 0
+
+
+@pytest.mark.parametrize("host", ["staged", "dispatch"])
+@pytest.mark.parametrize("change", ["global", "config", "dict"])
+def test_a_changed_global_config_or_dict_setting_is_refused(host, change, monkeypatch):
+    torch.manual_seed(0)
+    model = SettingsEverywhere().eval()
+    jm = dycl_jax.to_jax(model, (_x(0),), host=host)
+    LOG.setLevel(logging.ERROR)  # a library object's fields are not the program's
+    model.seen[5] = 1
+    with torch.no_grad():
+        assert_same(model(_x(1)), jm(_x(1)), "unguarded changes only")
+    if change == "global":
+        monkeypatch.setitem(globals(), "TEMPERATURE", 0.5)
+        name = "`TEMPERATURE`"
+    elif change == "config":
+        monkeypatch.setattr(CFG, "threshold", 0.9)
+        name = "`CFG.threshold`"
+    else:
+        monkeypatch.setitem(model.opts, "scale", 3.0)
+        name = "`opts['scale']`"
+    with pytest.raises(CallError) as info:
+        jm(_x(2))
+    assert name in str(info.value), str(info.value)

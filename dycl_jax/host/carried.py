@@ -17,7 +17,7 @@ class StandUsed(TypeError):
     """A stand-in's value or type was read: the part does more than move arrays."""
 
 
-def from_stand(exc: BaseException | None) -> bool:
+def _from_stand(exc: BaseException | None) -> bool:
     """Whether `exc` is, or was raised while handling, a stand-in's refusal."""
     seen = 0
     while exc is not None and seen < 16:
@@ -87,7 +87,7 @@ def only_moves(body: Callable[[tuple, Any], tuple], leaves: list, tree: Any) -> 
     try:
         outs = carry(body, leaves, tree)
     except Exception as exc:  # noqa: BLE001  (a stand-in was used, or the statement fails: capture decides)
-        if raised_by_us(exc) and not from_stand(exc):  # a stand-in's refusal is raised here, and is no bug
+        if raised_by_us(exc) and not _from_stand(exc):  # a stand-in's refusal is raised here, and is no bug
             raise
         return False
     return all(map(_plain, leaves_in_order(outs)))  # no tensor made, no stand-in kept inside an object
