@@ -16,7 +16,7 @@ from torch import nn
 
 import dycl_jax
 from differential import assert_same
-from dycl_jax.errors import CallError
+from dycl_jax.errors import CallError, DyclError
 
 
 class Gate(nn.Module):
@@ -151,3 +151,73 @@ def test_a_changed_global_config_or_dict_setting_is_refused(host, change, monkey
     with pytest.raises(CallError) as info:
         jm(_x(2))
     assert name in str(info.value), str(info.value)
+
+
+class Settings:
+    """A settings class of the user's."""
+
+    def __init__(self) -> None:
+        self.threshold = 0.6
+
+
+class Ticker:
+    """A callable object of the user's that changes its own fields as it is called."""
+
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        self.t += 1.0
+        return self.t
+
+
+SETTINGS = Settings()
+TICK = Ticker()
+
+
+class UserSettings(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 3)
+
+    def forward(self, x):
+        logits = self.fc(x)
+        if torch.softmax(logits, -1).max() > SETTINGS.threshold:
+            return logits * 2.0
+        return logits
+
+
+class Ticking(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 3)
+
+    def forward(self, x):
+        stamp = TICK()
+        return self.fc(x), stamp
+
+
+def test_a_user_settings_object_is_guarded(monkeypatch):
+    torch.manual_seed(0)
+    model = UserSettings().eval()
+    jm = dycl_jax.to_jax(model, (_x(0),), host="dispatch")
+    with torch.no_grad():
+        assert_same(model(_x(1)), jm(_x(1)), "before")
+    monkeypatch.setattr(SETTINGS, "threshold", 0.2)
+    with pytest.raises(CallError, match="SETTINGS.threshold"):
+        jm(_x(5))
+
+
+@pytest.mark.parametrize("host", ["staged", "dispatch", "auto"])
+def test_an_object_whose_method_changes_its_fields_is_refused_as_carried_state(host):
+    """`stamp = TICK()` bumps a field of a user object on every call: before, every host held the
+    conversion's stamp (2.0 where torch gave 11.0, 12.0, ...); the carried-state check now sees
+    the objects of the user's classes that globals and modules hold."""
+    torch.manual_seed(0)
+    TICK.t = 10.0
+    with pytest.raises(DyclError) as info:
+        dycl_jax.to_jax(Ticking().eval(), (_x(0),), host=host)
+    err = info.value
+    assert "carries state" in str(err) and "Ticker" in str(err), str(err)
+    assert err.location is not None and err.location.code == "self.t += 1.0", str(err)
+    assert TICK.t == 10.0  # the conversion's calls put the field back

@@ -41,11 +41,18 @@ class FakeClock:
     def reset(self, tick: float) -> None:
         self.t, self.tick, self.reads = 100.0, tick, 0
 
-    def __call__(self) -> float:
-        if sys._getframe(1).f_globals.get("__name__") in (__name__, EMITTED):
+    def read(self, caller: dict) -> float:
+        if caller.get("__name__") in (__name__, EMITTED):
             self.t += self.tick
             self.reads += 1
         return self.t
+
+    def function(self):
+        """The clock as a plain function, as `time.perf_counter` is (an object of this file's
+        class with fields that change at every call would be state kept across calls, refused)."""
+        def perf_counter() -> float:
+            return self.read(sys._getframe(1).f_globals)
+        return perf_counter
 
 
 def _blocks() -> nn.ModuleList:
@@ -150,9 +157,10 @@ FIRST_READ = {BudgetLoop: "start = time.perf_counter()", DeadlineWhile: "deadlin
 @pytest.fixture
 def clock(monkeypatch):
     fake = FakeClock()
+    read = fake.function()
     for name in ("perf_counter", "time"):
-        monkeypatch.setattr(time, name, fake)
-    monkeypatch.setitem(globals(), "now", fake)
+        monkeypatch.setattr(time, name, read)
+    monkeypatch.setitem(globals(), "now", read)
     return fake
 
 

@@ -9,7 +9,9 @@ import contextlib
 import inspect
 import io
 import os
+import sys
 import textwrap
+import types
 import warnings
 from typing import Any
 
@@ -18,7 +20,7 @@ import torch.utils._pytree as pytree
 
 from dycl_jax.capture import state_updates
 from dycl_jax.errors import DyclError, Location, limitation
-from dycl_jax.rewrite.attribute_watch import kept, namespaces
+from dycl_jax.rewrite.attribute_watch import kept, namespaces, user_space
 from dycl_jax.rewrite.converters.attribute_stores import targets
 
 Snapshot = list[tuple[torch.nn.Module, dict[str, Any], dict[str, Any]]]  # module, its attributes, list/dict items
@@ -79,8 +81,28 @@ class _Globals:
 
 
 def _holders(model: torch.nn.Module) -> list[Any]:
-    """The model's modules, then the globals of every user class's methods (once each)."""
-    return [*model.modules(), *(_Globals(g) for g in namespaces([model]))]
+    """The model's modules, then the globals of every user class's methods (once each), then the
+    objects of the user's own classes those hold (a ticker or meter whose method bumps its field
+    as the forward calls it: `stamp = TICK()`)."""
+    holders: list[Any] = [*model.modules(), *(_Globals(g) for g in namespaces([model]))]
+    seen = {id(h) for h in holders}
+    for h in list(holders):
+        for v in list(vars(h).values()):
+            if id(v) not in seen and _users_object(v):
+                seen.add(id(v))
+                holders.append(v)
+    return holders
+
+
+def _users_object(v: Any) -> bool:
+    """An instance of a class defined in the user's code, with fields of its own (not a module,
+    tensor, function or class)."""
+    cls = type(v)
+    if issubclass(cls, (torch.nn.Module, torch.Tensor, type, types.ModuleType, types.FunctionType, types.MethodType)) \
+            or not isinstance(getattr(v, "__dict__", None), dict):
+        return False
+    module = sys.modules.get(cls.__module__)
+    return module is not None and user_space(vars(module))
 
 
 def _snapshot(model: torch.nn.Module, holders: list[Any] | None = None) -> Snapshot:
@@ -155,7 +177,7 @@ def _refusal(moved: list[tuple[Any, str]], failure: Exception | None) -> DyclErr
     m, k = moved[0]
     where = _global_written_at(vars(m), k) if isinstance(m, _Globals) else _written_at(type(m), k)
     owner = f"a global of {os.path.basename(str(vars(m).get('__file__', '?')))}" if isinstance(m, _Globals) \
-        else type(m).__name__
+        else type(m).__name__ if isinstance(m, torch.nn.Module) else f"a {type(m).__name__} object the model uses"
     seen = (f"a second call on the example raised {type(failure).__name__}" if failure is not None
             else "a second call on the example returns a different result")
     return DyclError(

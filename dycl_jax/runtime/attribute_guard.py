@@ -106,6 +106,8 @@ def _field_entries(container: Any, name: str, where: str, stores: set[str]) -> l
     if not fields:
         return []
     d = container if type(container) is dict else container.__dict__
+    if _users_instance(container) and callable(container):
+        return []  # a function-like object (a clock, a sampler) changes its own fields as it is called
     return [(_entry(d, k), f"{name}[{k!r}]" if type(container) is dict else f"{name}.{k}", where, v)
             for k, v in fields.items() if k not in stores]
 
