@@ -9,9 +9,7 @@ import contextlib
 import inspect
 import io
 import os
-import sys
 import textwrap
-import types
 import warnings
 from typing import Any
 
@@ -20,7 +18,7 @@ import torch.utils._pytree as pytree
 
 from dycl_jax.capture import state_updates
 from dycl_jax.errors import DyclError, Location, limitation
-from dycl_jax.rewrite.attribute_watch import kept, namespaces, user_space
+from dycl_jax.rewrite.attribute_watch import kept, namespaces, user_object
 from dycl_jax.rewrite.converters.attribute_stores import targets
 
 Snapshot = list[tuple[torch.nn.Module, dict[str, Any], dict[str, Any]]]  # module, its attributes, list/dict items
@@ -88,21 +86,10 @@ def _holders(model: torch.nn.Module) -> list[Any]:
     seen = {id(h) for h in holders}
     for h in list(holders):
         for v in list(vars(h).values()):
-            if id(v) not in seen and _users_object(v):
+            if id(v) not in seen and user_object(v):
                 seen.add(id(v))
                 holders.append(v)
     return holders
-
-
-def _users_object(v: Any) -> bool:
-    """An instance of a class defined in the user's code, with fields of its own (not a module,
-    tensor, function or class)."""
-    cls = type(v)
-    if issubclass(cls, (torch.nn.Module, torch.Tensor, type, types.ModuleType, types.FunctionType, types.MethodType)) \
-            or not isinstance(getattr(v, "__dict__", None), dict):
-        return False
-    module = sys.modules.get(cls.__module__)
-    return module is not None and user_space(vars(module))
 
 
 def _snapshot(model: torch.nn.Module, holders: list[Any] | None = None) -> Snapshot:

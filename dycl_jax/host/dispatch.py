@@ -254,6 +254,12 @@ DIRECT_ENTRIES = 64
 _IMMUTABLE = frozenset((int, float, bool, str, type(None)))  # values a Python statement cannot change in place
 
 
+def _first_line(spec: RegionSpec, part: "Part") -> Location:
+    """The user's line of a part's first statement (its refusals' location)."""
+    st = spec.statements[part.first]
+    return Location(spec.file, st.line, st.code)
+
+
 def _immutable(vals: tuple, arrays: bool = False) -> bool:
     """Inputs a Python statement cannot change in place (a module's attributes are watched apart),
     with `arrays`, JAX arrays too."""
@@ -815,8 +821,7 @@ class DispatchHost:
                     "captures it (see the report's host statements)")
         before, generators = self.attrs.snapshot(), host_rng.state()
         # train mode: no random draws or buffer updates here (host/training.py)
-        guard = training.HostGuard(self._buffers, Location(spec.file, spec.statements[part.first].line,
-                                                           spec.statements[part.first].code), part.host_reason) \
+        guard = training.HostGuard(self._buffers, _first_line(spec, part), part.host_reason) \
             if self.train else contextlib.nullcontext()
         # the user's code reads weights from the torch module: this call's state values, where they differ
         with _land(True), torch.no_grad(), guard, self._module_state.swapped(self._state):
@@ -842,8 +847,7 @@ class DispatchHost:
                 vals, attrs = jax.tree_util.tree_unflatten(tree, torch_leaves)
                 outs, new_attrs = self._body(spec, part, fns)(rejoined(vals, shared), attrs)
             if watch is not None:  # eval mode: a buffer updated here would not reach the compiled regions
-                self._module_state.refuse_updates(watch, Location(spec.file, spec.statements[part.first].line,
-                                                                  spec.statements[part.first].code), self._state)
+                self._module_state.refuse_updates(watch, _first_line(spec, part), self._state)
         changed = {id(t) for t, v in zip(inputs, versions) if t._version != v}
         mutated = tuple(i for i, t in enumerate(torch_leaves) if id(t) in changed)
         if mutated and self.families:  # its torch copies share no memory with a view's other arrays
@@ -919,8 +923,7 @@ class DispatchHost:
                 with _land(True), torch.no_grad():
                     outs, _ = self._body(spec, part, fns)(probe_vals, probe_attrs)
                 if watch is not None:  # `self.calls += 1` takes no tensor in, yet updates the module's buffer
-                    self._module_state.refuse_updates(watch, Location(spec.file, spec.statements[part.first].line,
-                                                                      spec.statements[part.first].code), self._state)
+                    self._module_state.refuse_updates(watch, _first_line(spec, part), self._state)
                 quiet = not self.attrs.changed(before)
             if quiet and not any(isinstance(v, torch.Tensor) for v in leaves_in_order(outs)):
                 part.cache[key] = DIRECT
@@ -1086,8 +1089,7 @@ class DispatchHost:
             # only: fuzz seed 449806009): the first-call path captures it, and raises there if the user's code does
             outs = None
         if watch is not None:
-            self._module_state.refuse_updates(watch, Location(spec.file, spec.statements[part.first].line,
-                                                              spec.statements[part.first].code), self._state)
+            self._module_state.refuse_updates(watch, _first_line(spec, part), self._state)
         if outs is None or self.attrs.changed(before) \
                 or any(isinstance(v, torch.Tensor) for v in leaves_in_order(outs)):
             self.attrs.restore(before)

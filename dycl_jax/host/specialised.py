@@ -25,17 +25,19 @@ class Deferred(Exception):
 def ints_differ(key: tuple, other: tuple) -> bool:
     """Whether two signature keys (tree, leaf keys, grad mode, aliased leaves: host/values.call_key)
     differ only in the values of int leaves: the same arrays' shapes and dtypes, other ints."""
-    if key[0] != other[0] or key[2:] != other[2:] or len(key[1]) != len(other[1]):
-        return False
-    return all(a == b or a[0] is int and b[0] is int for a, b in zip(key[1], other[1]))
+    return _differ_only_in(int, key, other)
 
 
 def floats_differ(key: tuple, other: tuple) -> bool:
     """Whether two signature keys differ only in the values of float leaves (a region's program
     holds the Python floats it takes as constants: `x * score` with `score` from `.item()`)."""
+    return _differ_only_in(float, key, other)
+
+
+def _differ_only_in(kind: type, key: tuple, other: tuple) -> bool:
     if key[0] != other[0] or key[2:] != other[2:] or len(key[1]) != len(other[1]):
         return False
-    return all(a == b or a[0] is float and b[0] is float for a, b in zip(key[1], other[1]))
+    return all(a == b or a[0] is kind and b[0] is kind for a, b in zip(key[1], other[1]))
 
 
 def admit(seen: set, programs: int, key: Any) -> str:

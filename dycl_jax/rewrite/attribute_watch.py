@@ -68,6 +68,17 @@ def user_space(namespace: dict) -> bool:
     return user_file(file)
 
 
+def user_object(v: Any) -> bool:
+    """An instance of a class defined in the user's code, with fields of its own (not a module,
+    tensor, function or class): a settings object, a ticker or meter."""
+    cls = type(v)
+    if issubclass(cls, (torch.nn.Module, torch.Tensor, type, types.ModuleType, types.FunctionType, types.MethodType)) \
+            or not isinstance(getattr(v, "__dict__", None), dict):
+        return False
+    module = sys.modules.get(cls.__module__)
+    return module is not None and user_space(vars(module))
+
+
 def user_file(file: str) -> bool:
     """Whether a code file is the user's: generated code (the rewrite's, a notebook cell's) counts,
     the standard library's frozen modules do not."""

@@ -18,7 +18,6 @@ import ast
 import dataclasses
 import dis
 import inspect
-import sys
 import textwrap
 import types
 import weakref
@@ -27,7 +26,7 @@ from typing import Any, Callable
 import torch
 
 from dycl_jax.errors import CallError
-from dycl_jax.rewrite.attribute_watch import user_functions, user_space
+from dycl_jax.rewrite.attribute_watch import user_functions, user_object
 
 _PLAIN = (bool, int, float, str, type(None))
 _MISSING = object()
@@ -49,7 +48,7 @@ def _fields(v: Any) -> dict | None:
     if type(v) is dict:
         d = v
     elif type(v) in (argparse.Namespace, types.SimpleNamespace) or dataclasses.is_dataclass(v) and not isinstance(v, type) \
-            or _users_instance(v):
+            or user_object(v):
         d = getattr(v, "__dict__", None)
     else:
         return None
@@ -57,14 +56,6 @@ def _fields(v: Any) -> dict | None:
         return None
     plain = {k: x for k, x in d.items() if type(k) is str and _plain(x)}
     return plain or None
-
-
-def _users_instance(v: Any) -> bool:
-    cls = type(v)
-    if issubclass(cls, (torch.nn.Module, torch.Tensor, type, types.ModuleType, types.FunctionType)):
-        return False
-    module = sys.modules.get(cls.__module__)
-    return module is not None and user_space(vars(module))
 
 
 class AttributeGuard:
@@ -106,7 +97,7 @@ def _field_entries(container: Any, name: str, where: str, stores: set[str]) -> l
     if not fields:
         return []
     d = container if type(container) is dict else container.__dict__
-    if _users_instance(container) and callable(container):
+    if user_object(container) and callable(container):
         return []  # a function-like object (a clock, a sampler) changes its own fields as it is called
     return [(_entry(d, k), f"{name}[{k!r}]" if type(container) is dict else f"{name}.{k}", where, v)
             for k, v in fields.items() if k not in stores]
