@@ -5,11 +5,14 @@ attributes' values at conversion."""
 from __future__ import annotations
 
 import ast
+import collections.abc
 import contextlib
+import copy
 import inspect
 import io
 import os
 import textwrap
+import types
 import warnings
 from typing import Any
 
@@ -18,10 +21,12 @@ import torch.utils._pytree as pytree
 
 from dycl_jax.capture import state_updates
 from dycl_jax.errors import DyclError, Location, limitation
-from dycl_jax.rewrite.attribute_watch import kept, namespaces, user_object
+from dycl_jax.rewrite.attribute_watch import kept, namespaces, user_file, user_object
 from dycl_jax.rewrite.converters.attribute_stores import targets
 
-Snapshot = list[tuple[torch.nn.Module, dict[str, Any], dict[str, Any]]]  # module, its attributes, list/dict items
+# per holder: the holder, its attributes, and the contents of those that are containers or iterators
+# (a list's or dict's items, an iterator's position)
+Snapshot = list[tuple[Any, dict[str, Any], dict[str, Any]]]
 
 
 def check_no_carried_state(model: torch.nn.Module, args: tuple, method: str) -> None:
@@ -78,10 +83,34 @@ class _Globals:
         self.__dict__ = namespace  # (no attribute of its own: it would be a global of the user's module)
 
 
+class _Cells:
+    """A closure's free variables as the attributes of an object (name -> value), so the snapshot
+    reads and puts back its cells as it does a module's attributes: `TICK = make_counter()`, whose
+    `nonlocal n` the forward bumps on every call, keeps state as an attribute does."""
+
+    __slots__ = ("fn", "held_as", "cells")  # (its `__dict__` is the cells' values, below)
+
+    def __init__(self, fn: types.FunctionType, held_as: str) -> None:
+        self.fn = fn
+        self.held_as = held_as  # the global or attribute that holds the function (for the refusal)
+        self.cells = dict(zip(fn.__code__.co_freevars, fn.__closure__ or ()))
+
+    @property
+    def __dict__(self) -> dict[str, Any]:  # type: ignore[override]  (what vars() reads)
+        out = {}
+        for n, cell in self.cells.items():
+            try:
+                out[n] = cell.cell_contents
+            except ValueError:  # a cell not filled yet
+                continue
+        return out
+
+
 def _holders(model: torch.nn.Module) -> list[Any]:
     """The model's modules, then the globals of every user class's methods (once each), then the
     objects of the user's own classes those hold (a ticker or meter whose method bumps its field
-    as the forward calls it: `stamp = TICK()`)."""
+    as the forward calls it: `stamp = TICK()`), then the closures of the user's functions any of
+    them holds (`TICK = make_counter()`)."""
     holders: list[Any] = [*model.modules(), *(_Globals(g) for g in namespaces([model]))]
     seen = {id(h) for h in holders}
     for h in list(holders):
@@ -89,31 +118,85 @@ def _holders(model: torch.nn.Module) -> list[Any]:
             if id(v) not in seen and user_object(v):
                 seen.add(id(v))
                 holders.append(v)
+    for h in list(holders):
+        for k, v in list(vars(h).items()):
+            if isinstance(v, types.FunctionType) and v.__closure__ and id(v) not in seen \
+                    and user_file(v.__code__.co_filename):
+                seen.add(id(v))
+                holders.append(_Cells(v, k if isinstance(h, _Globals) else f"self.{k}"))
     return holders
+
+
+def _global_like(m: Any) -> bool:
+    """Whether a holder's entries are read as a module's globals are (data only, any name)."""
+    return isinstance(m, (_Globals, _Cells))
+
+
+def _position(v: Any) -> Any:
+    """Where an iterator stands, as a comparable value (`itertools.count(5)` after one `next`:
+    its reduce state; a generator: its frame's place and locals), else None. A global iterator
+    the forward advances (`k = next(COUNT)`) keeps state from one call to the next."""
+    if not isinstance(v, collections.abc.Iterator):
+        return None
+    if isinstance(v, types.GeneratorType):
+        frame = v.gi_frame
+        return ("generator", None if frame is None else (frame.f_lasti, dict(frame.f_locals)))
+    try:
+        return ("reduced", v.__reduce__())
+    except Exception:  # noqa: BLE001  (an iterator without reduce state: its position is unknown)
+        return None
 
 
 def _snapshot(model: torch.nn.Module, holders: list[Any] | None = None) -> Snapshot:
     out: Snapshot = []
     for m in holders if holders is not None else model.modules():
-        attrs = {k: v for k, v in vars(m).items() if kept(isinstance(m, _Globals), k, v)}
+        attrs = {k: v for k, v in vars(m).items() if kept(_global_like(m), k, v)}
         items = {k: (list(v) if isinstance(v, list) else dict(v)) for k, v in attrs.items() if isinstance(v, (list, dict))}
+        for k, v in attrs.items():
+            at = _position(v)
+            if at is not None:
+                items[k] = (at, _copied(v))
         out.append((m, attrs, items))
     return out
 
 
+def _copied(it: Any) -> Any:
+    """An iterator at `it`'s position that does not move with it (None for a generator, which
+    cannot be copied): put back in its place after the check's calls advanced the original."""
+    if isinstance(it, types.GeneratorType):
+        return None
+    try:
+        return copy.copy(it)
+    except Exception:  # noqa: BLE001
+        return None
+
+
 def _restore(snap: Snapshot) -> None:
     for m, attrs, items in snap:
-        made = [k for k, v in vars(m).items() if k not in attrs and kept(isinstance(m, _Globals), k, v)]
-        for k in made:  # made by the calls
-            del m.__dict__[k]
-        m.__dict__.update(attrs)
+        if isinstance(m, _Cells):
+            for k, v in attrs.items():
+                m.cells[k].cell_contents = v
+        else:
+            made = [k for k, v in vars(m).items() if k not in attrs and kept(_global_like(m), k, v)]
+            for k in made:  # made by the calls
+                del m.__dict__[k]
+            m.__dict__.update(attrs)
         for k, held in items.items():
             box = attrs[k]
             if isinstance(box, list):
                 box[:] = held
-            else:
+            elif isinstance(box, dict):
                 box.clear()
                 box.update(held)
+            elif held[1] is not None and _position(box) != held[0]:  # an iterator the calls advanced
+                _put(m, k, held[1])
+
+
+def _put(m: Any, k: str, v: Any) -> None:
+    if isinstance(m, _Cells):
+        m.cells[k].cell_contents = v
+    else:
+        m.__dict__[k] = v
 
 
 def _changed(a: Snapshot, b: Snapshot) -> list[tuple[torch.nn.Module, str]]:
@@ -137,6 +220,8 @@ def _same(x: Any, y: Any) -> bool:
 
 
 def _same_items(x: Any, y: Any) -> bool:
+    if isinstance(x, tuple):  # an iterator's (position, copy)
+        return isinstance(y, tuple) and _same(x[0], y[0])
     if isinstance(x, list):
         return isinstance(y, list) and len(x) == len(y) and all(_same(a, b) for a, b in zip(x, y))
     return isinstance(y, dict) and x.keys() == y.keys() and all(_same(x[k], y[k]) for k in x)
@@ -160,11 +245,15 @@ def _same_tensor(x: torch.Tensor, y: torch.Tensor) -> bool:
 
 
 def _refusal(moved: list[tuple[Any, str]], failure: Exception | None) -> DyclError:
-    names = [k if isinstance(m, _Globals) else f"self.{k}" for m, k in moved]
+    names = [k if _global_like(m) else f"self.{k}" for m, k in moved]
     m, k = moved[0]
-    where = _global_written_at(vars(m), k) if isinstance(m, _Globals) else _written_at(type(m), k)
-    owner = f"a global of {os.path.basename(str(vars(m).get('__file__', '?')))}" if isinstance(m, _Globals) \
-        else type(m).__name__ if isinstance(m, torch.nn.Module) else f"a {type(m).__name__} object the model uses"
+    if isinstance(m, _Cells):
+        where = _cell_written_at(m.fn, k)
+        owner = f"kept by the closure `{m.held_as}`, {m.fn.__qualname__}"
+    else:
+        where = _global_written_at(vars(m), k) if isinstance(m, _Globals) else _written_at(type(m), k)
+        owner = f"a global of {os.path.basename(str(vars(m).get('__file__', '?')))}" if isinstance(m, _Globals) \
+            else type(m).__name__ if isinstance(m, torch.nn.Module) else f"a {type(m).__name__} object the model uses"
     seen = (f"a second call on the example raised {type(failure).__name__}" if failure is not None
             else "a second call on the example returns a different result")
     return DyclError(
@@ -198,6 +287,21 @@ def _written_at(cls: type, attr: str) -> Location | None:
     return Location(file, line, lines[line - start].strip())
 
 
+def _cell_written_at(fn: types.FunctionType, name: str) -> Location | None:
+    """The first statement of the closure's function that changes its free variable `name`."""
+    try:
+        lines, start = inspect.getsourcelines(fn)
+        file = inspect.getsourcefile(fn)
+        tree = ast.parse(textwrap.dedent("".join(lines)))
+    except (OSError, TypeError, SyntaxError):
+        return None
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Assign, ast.AugAssign, ast.Expr)) and _touches(node, name) and file is not None:
+            line = start + node.lineno - 1
+            return Location(file, line, lines[node.lineno - 1].strip())
+    return None
+
+
 def _global_written_at(namespace: dict, name: str) -> Location | None:
     """The first statement inside a function of the global's module that changes it: assigns it
     (`global`), stores into it (`_DRIFT[0] += 1.0`) or calls a method on it (`SEEN.append(t)`)."""
@@ -225,6 +329,9 @@ def _touches(node: ast.stmt, name: str) -> bool:
             root = root.value
         if isinstance(root, ast.Name) and root.id == name:
             return True
+    if any(isinstance(c, ast.Call) and isinstance(c.func, ast.Name) and c.func.id == "next" and c.args
+           and isinstance(c.args[0], ast.Name) and c.args[0].id == name for c in ast.walk(node)):
+        return True  # `k = next(COUNT)` advances the iterator
     if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Attribute):
         root = node.value.func.value
         return isinstance(root, ast.Name) and root.id == name
