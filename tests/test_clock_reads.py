@@ -9,6 +9,7 @@ readings and must stop at the same block."""
 from __future__ import annotations
 
 import copy
+import datetime
 import inspect
 import sys
 import time
@@ -53,6 +54,18 @@ class FakeClock:
         def perf_counter() -> float:
             return self.read(sys._getframe(1).f_globals)
         return perf_counter
+
+
+def fake_datetime(clock: FakeClock) -> type:
+    """`datetime.datetime` whose `now()` is the fake clock's reading in seconds after a fixed day."""
+    class FakeDatetime(datetime.datetime):
+        @classmethod
+        def now(cls, tz=None):
+            return datetime.datetime(2026, 1, 1) + datetime.timedelta(seconds=clock.read(sys._getframe(1).f_globals))
+    return FakeDatetime
+
+
+WALL = datetime.datetime  # the fixture puts the fake datetime here (`from datetime import datetime as WALL`)
 
 
 def _blocks() -> nn.ModuleList:
@@ -149,7 +162,25 @@ class LatencyOutput(nn.Module):
         return y, time.perf_counter() - t0
 
 
-FIRST_READ = {BudgetLoop: "start = time.perf_counter()", DeadlineWhile: "deadline = time.time() + BUDGET",
+class WallClockBudget(nn.Module):
+    """The budget read with `datetime.now()` (a C type's method, which cannot be wrapped in place)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.blocks = _blocks()
+
+    def forward(self, x):
+        start = WALL.now()
+        depth = 0
+        for block in self.blocks:
+            x = torch.relu(block(x))
+            depth += 1
+            if (WALL.now() - start).total_seconds() > BUDGET:
+                break
+        return x, depth
+
+
+FIRST_READ = {BudgetLoop: "start = time.perf_counter()", WallClockBudget: "start = WALL.now()", DeadlineWhile: "deadline = time.time() + BUDGET",
               HelperElapsed: "start = time.perf_counter()", ImportedNameWithConfidence: "start = now()",
               LatencyOutput: "t0 = time.perf_counter()"}
 
@@ -161,6 +192,7 @@ def clock(monkeypatch):
     for name in ("perf_counter", "time"):
         monkeypatch.setattr(time, name, read)
     monkeypatch.setitem(globals(), "now", read)
+    monkeypatch.setitem(globals(), "WALL", fake_datetime(fake))
     return fake
 
 
@@ -206,7 +238,7 @@ def test_the_dispatch_host_reads_the_clock_on_every_call(cls, host, clock):
             assert clock.reads == torch_reads, f"call {k}: {clock.reads} readings, torch took {torch_reads}"
             if isinstance(want, tuple):
                 outcomes.add(want[1])
-    if cls in (BudgetLoop, DeadlineWhile):
+    if cls in (BudgetLoop, DeadlineWhile, WallClockBudget):
         assert outcomes == {1, 2, 3, 4, 6}, outcomes  # every depth the ticks give was taken (and matched)
 
 

@@ -4,13 +4,16 @@
 inference under a time budget) reads the clock once when torch.export traces the code: a program
 would hold that one reading and take the same path on every call, where torch reads the clock
 again each time. While `watched()` is active, the `time` module's clock functions (and the user's
-globals bound to them, `from time import perf_counter`) count the reads made by the user's code
+globals bound to them, `from time import perf_counter`), and `now`/`utcnow`/`today` of the
+`datetime` module's classes (a counting subclass stands in for `datetime.datetime` and
+`datetime.date` there and in the user's globals bound to them), count the reads made by the user's code
 (library frames, torch's own timers among them, pass through uncounted); host_rng compares the
 count around each capture as it compares the random generators' states.
 """
 from __future__ import annotations
 
 import contextlib
+import datetime
 import linecache
 import sys
 import time
@@ -65,6 +68,7 @@ def watched() -> Iterator[None]:
     wrappers = {name: _wrapper(name, fn) for name, fn in current.items()}
     aliases = [(namespace, key, value, wrappers[name] if value is current[name] else _wrapper(name, value))
                for namespace, key, name, value in _aliases(current)]
+    aliases += _date_classes()
     for name, wrapper in wrappers.items():
         setattr(time, name, wrapper)
     for namespace, key, _, wrapper in aliases:
@@ -79,6 +83,47 @@ def watched() -> Iterator[None]:
         for namespace, key, value, wrapper in aliases:
             if namespace.get(key) is wrapper:  # (unless the user's code rebound the name meanwhile)
                 namespace[key] = value
+
+
+_DATE_CLASSES = (datetime.datetime, datetime.date)
+_DATE_READS = ("now", "utcnow", "today")
+
+
+def _date_classes() -> list[tuple[dict, str, str, Any]]:
+    """(namespace, key, the class, its counting subclass) for `datetime.datetime` and
+    `datetime.date` in the `datetime` module and each user global bound to them or to a subclass
+    (`from datetime import datetime`): a C type's methods cannot be wrapped in place, so a
+    subclass whose `now`, `utcnow` and `today` count the user's reads stands in for the class."""
+    places = [(vars(datetime), c.__name__, c) for c in _DATE_CLASSES]
+    for module in list(sys.modules.values()):
+        namespace = getattr(module, "__dict__", None)
+        if isinstance(namespace, dict) and _user_module(module, namespace):
+            places += [(namespace, key, value) for key, value in list(namespace.items())
+                       if isinstance(value, type) and issubclass(value, _DATE_CLASSES)]
+    made: dict[int, type] = {}
+    out = []
+    for namespace, key, cls in places:
+        counting = made.get(id(cls))
+        if counting is None:
+            counting = made[id(cls)] = _counting_class(cls)
+        out.append((namespace, key, cls, counting))
+    return out
+
+
+def _counting_class(cls: type) -> type:
+    """A subclass of `cls` whose reads of the clock by the user's code are counted."""
+    def reader(name: str) -> classmethod:
+        def read(klass: type, *args: Any) -> Any:
+            frame = sys._getframe(1)
+            if user_file(frame.f_code.co_filename):
+                _record(f"{cls.__name__}.{name}", frame)
+            return getattr(super(counting, klass), name)(*args)
+        read.__name__ = read.__qualname__ = name
+        return classmethod(read)
+
+    counting = type(cls.__name__, (cls,), {n: reader(n) for n in _DATE_READS if hasattr(cls, n)})
+    counting.__module__ = cls.__module__
+    return counting
 
 
 def _aliases(current: dict[str, Callable[..., Any]]) -> list[tuple[dict, str, str, Any]]:
@@ -111,7 +156,7 @@ def _wrapper(name: str, original: Callable[..., Any]) -> Callable[..., Any]:
     def read(*args: Any) -> Any:
         frame = sys._getframe(1)
         if user_file(frame.f_code.co_filename):
-            _record(name, frame)
+            _record(f"time.{name}", frame)
         return original(*args)
 
     read.__name__ = read.__qualname__ = name
@@ -119,10 +164,10 @@ def _wrapper(name: str, original: Callable[..., Any]) -> Callable[..., Any]:
     return read
 
 
-def _record(name: str, frame: Any) -> None:
+def _record(function: str, frame: Any) -> None:
     global _count, _first
     _count += 1
     if _first is None:
         file, line = frame.f_code.co_filename, frame.f_lineno
         where = origins.resolve(file, line) or Location(file, line, linecache.getline(file, line).strip())
-        _first = Read(f"time.{name}", where)
+        _first = Read(function, where)

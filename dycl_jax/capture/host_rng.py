@@ -60,9 +60,14 @@ def restore(before: tuple[Any, Any, int]) -> str | None:
     return which
 
 
+def is_clock(which: str) -> bool:
+    """Whether `drawn`'s answer is a clock read ("time.time", "datetime.now") rather than a generator."""
+    return which not in ("random", "numpy.random")
+
+
 def effect(which: str) -> str:
     """What the code did, for a message: "draws from random's global generator", "reads the clock (time.time)"."""
-    if which.startswith("time"):
+    if is_clock(which):
         return f"reads the clock ({which})"
     return f"draws from {which}'s global generator"
 
@@ -70,7 +75,7 @@ def effect(which: str) -> str:
 def refusal(which: str, functions: Iterable[types.FunctionType]) -> DyclError:
     """The staged host's located error: the first read of the clock, or the first call of the
     generator in the model's code."""
-    if which.startswith("time"):
+    if is_clock(which):
         read = host_clock.last_read()
         return DyclError(
             f"the method {effect(which)} while it is traced; one staged XLA program would hold that one reading "

@@ -251,7 +251,7 @@ _MISSED = object()  # no compiled program for this call (DispatchHost._compiled_
 # signatures a plain-Python part caches beyond its first (each a short way for values met again);
 # past them a new value runs checked as Python (`_direct_at_new_values`) with no entry
 DIRECT_ENTRIES = 64
-_IMMUTABLE = frozenset((int, float, bool, str, type(None)))  # values a Python statement cannot change in place
+_IMMUTABLE = frozenset((int, float, bool, str, type(None), *values.DATES))  # values a Python statement cannot change in place
 
 
 def _first_line(spec: RegionSpec, part: "Part") -> Location:

@@ -3,6 +3,7 @@ statements, and the classification of why a region could not be compiled."""
 from __future__ import annotations
 
 import collections.abc
+import datetime
 import re
 import types
 from typing import Any, Sequence
@@ -125,12 +126,14 @@ def live(v: Any) -> bool:
 
 
 def scalars_left_out(key: tuple) -> tuple:
-    """A `call_key` signature with the values of its int, float, bool and str leaves left out (their types kept)."""
+    """A `call_key` signature with the values of its int, float, bool, str and datetime leaves left out (their types kept)."""
     tree, keys, grad, same = key
     return tree, tuple((k[0],) if type(k) is tuple and len(k) == 2 and k[0] in _SCALARS else k for k in keys), grad, same
 
 
-_SCALARS = (int, float, bool, str)
+# immutable values a wall-clock reading gives (`start = datetime.now()`: new at every call, as a float reading is)
+DATES = (datetime.datetime, datetime.date, datetime.timedelta)
+_SCALARS = (int, float, bool, str, *DATES)
 
 
 def call_key(vals: tuple, attrs: tuple | None, grad: bool | None = None) -> tuple[list, Any, tuple]:
