@@ -35,7 +35,10 @@ def has_dicts(tree: Any) -> bool:
     if t is dict:
         return True
     if t is list or isinstance(tree, tuple):
-        return any(has_dicts(v) for v in tree)
+        for v in tree:  # (leaves are most of a tree: no call for them, on every dispatch-host call)
+            tv = type(v)
+            if tv is dict or (tv is list or tv is tuple or isinstance(v, tuple)) and has_dicts(v):
+                return True
     return False
 
 

@@ -19,7 +19,7 @@ from dycl_jax.errors import DyclError, Location
 from dycl_jax.rewrite.regions import RegionSpec
 
 # the operators the skeleton calls, and what the loaded runtime (`rt`) calls them
-_CALLS = {"region": "region", "island": "island", "decide": "decide", "defined": "defined"}
+_CALLS = {"region": "region", "island": "island", "chunked": "chunked", "decide": "decide", "defined": "defined"}
 _NAMES = {"Undefined", "NOT_STAGED"}
 # what a plain-Python statement may do to an array: read Python values out of it
 _ARRAY_READS = {"item", "tolist", "shape", "append", "extend", "ndim"}
@@ -135,6 +135,8 @@ class _Skeleton(ast.NodeTransformer):
         if f.attr in ("region", "island"):
             rid = self._region_id(self.sites[_site_index(node.args[0])])
             return ast.Call(f, [ast.Constant(rid), node.args[2]], [])
+        if f.attr == "chunked":  # a loop the live host runs in chunks (host/chunks.py): here its host loop runs
+            return ast.Call(f, [], [])
         if f.attr == "decide":
             label = self.sites[_site_index(node.args[1])].label
             return ast.Call(f, [node.args[0], ast.Constant(label)], [])

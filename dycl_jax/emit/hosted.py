@@ -297,6 +297,10 @@ class HostedEmitter:
                 targets = ast.unparse(s.targets[0]) if isinstance(s, ast.Assign) else ""
                 out += [ast.parse(t).body[0] for t in self.region(call.args[0].value, targets)]
                 continue
+            if op == "chunked":  # a loop the live host runs in chunks (host/chunks.py): its host loop here
+                skip = True
+                out += self.statements(body[i + 1].body, generated)
+                continue
             if op == "island":
                 rid, then, other = call.args[0].value, body[i + 1].body, body[i + 1].orelse
                 skip = True

@@ -31,7 +31,7 @@ from dycl_jax.capture.ordered_dicts import leaves_in_order
 from dycl_jax.capture.region import HostValueError, capture_call, lost_update, view_pairs
 from dycl_jax.errors import (AliasedUpdateError, CallError, DyclError, InputMutationError, Location,
                              StagedAliasError, limitation, raised_by_us)
-from dycl_jax.host import jax_ops, reads, specialised, training, values, whole
+from dycl_jax.host import chunks, jax_ops, reads, specialised, training, values, whole
 from dycl_jax.host.carried import StandUsed, carry, only_moves
 from dycl_jax.host.attributes import DynamicAttributes
 from dycl_jax.host.module_state import ModuleState
@@ -425,6 +425,11 @@ class DispatchHost:
         # of the last traced call: (island label, whether its host version ran), per island call in
         # call order (`run_dispatch_trace` replays them: which names are one array, values seen once)
         self.alias_choices: list[AliasChoice] = []
+        # per loop run in chunks (host/chunks.py): the loop as a part, and the paths its host loop ran
+        self.chunk_loops: dict[int, tuple[Part, set]] = {}
+        # the compiled program the latest call of a part on the short way ran (`_compiled_call`):
+        # a loop's first chunk program stands for the loop's input signature (host/chunks.py)
+        self.last_program: Compiled | None = None
 
     # ------------------------------------------------------------ calling
 
@@ -575,6 +580,18 @@ class DispatchHost:
             self.alias_choices.append((spec.label, outs is NOT_STAGED))
         return outs
 
+    def run_chunked(self, spec: RegionSpec, fn: Callable, vals: tuple) -> Any:
+        """A loop's outputs, a chunk of iterations per program (host/chunks.py), or NOT_STAGED
+        where its host loop runs: in train mode (each iteration draws its own keys), and in a
+        traced call (the host loop records each decision as torch's program makes it)."""
+        if self.train or recording_margins() or (spec.aliased or spec.in_place) and aliased_at_call(spec, vals):
+            return NOT_STAGED  # (and where two of its names are one array or list: as for an island)
+        loop = self.chunk_loops.get(id(spec))
+        if loop is None:  # (the loop as a part: its in-place names and identities, as an island's)
+            loop = self.chunk_loops[id(spec)] = (_part(spec, 0, 1), set())
+        part, seen = loop
+        return chunks.run(self, spec, fn, vals, seen, lambda outs: _kept(part, vals, outs))
+
     def _island(self, spec: RegionSpec, fn: Callable, vals: tuple) -> Any:
         """The island's outputs, or NOT_STAGED where its host version runs: it failed to stage, two of
         its names are one array at this call, or its int values are new (host/specialised.py)."""
@@ -641,6 +658,7 @@ class DispatchHost:
             if entry.mutated:  # (an update of the caller's own tensor is refused, as on the full way)
                 self._check_arguments_kept(spec, part, leaves, entry.mutated)  # type: ignore[arg-type]
             result = entry.run(self._state, leaves)
+            self.last_program = entry
             if entry.tracked or self.families and (entry.mutated or entry.conditional):
                 result = self._views_after(spec, part, entry, leaves, key, result)  # type: ignore[arg-type]
             outs = result[0]
@@ -942,7 +960,10 @@ class DispatchHost:
                 return self._split(st, part, fns, vals, [part.first, part.first + k, part.stop])
         torch_args = tuple(jax.tree_util.tree_unflatten(tree, [values.to_torch(v) for v in leaves]))
         # Python ints go in as symbolic ints where the graph allows (see capture/int_inputs.py)
-        symbolic = frozenset(int_inputs.candidates(leaves)) - part.static_ints.get(tree, frozenset())
+        # (a loop chunk holds its ints: each chunk start has its own shapes anyway, and a symbolic
+        # counter would put the chunk in JAX's 64-bit scope where the host loop's regions are not)
+        symbolic = frozenset() if chunks.is_chunk(spec) else \
+            frozenset(int_inputs.candidates(leaves)) - part.static_ints.get(tree, frozenset())
         while True:
             try:
                 entry, outs, new_attrs = self._capture(spec, part, fns, leaves, tree, torch_args, symbolic,

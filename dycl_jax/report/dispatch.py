@@ -5,6 +5,7 @@ import os
 from collections import Counter
 
 from dycl_jax.capture.export import StateEntry
+from dycl_jax.host import chunks
 from dycl_jax.host.dispatch import CARRIED, DIRECT, Compiled, DispatchHost
 from dycl_jax.report.build import _op_name, _rewritten, _subnetwork, param_groups
 from dycl_jax.report.naming import NamedGraph, Value
@@ -12,7 +13,8 @@ from dycl_jax.report.record import ConversionReport, HostNode
 from dycl_jax.rewrite.api import RewriteRecord
 from dycl_jax.rewrite.names import readable
 
-_KIND_WORDS = {"region": "statements", "island": "island", "tail island": "tail island"}
+_KIND_WORDS = {"region": "statements", "island": "island", "tail island": "tail island",
+               "loop chunk": f"{chunks.STEPS} iterations of the loop"}
 from dycl_jax.runtime.signature import CallSignature
 
 
@@ -20,6 +22,8 @@ def _part_kind(spec, part) -> str:
     kinds = {type(e).__name__ if isinstance(e, Compiled) else e for e in part.cache.values()}
     if part.host_reason is not None:
         return "did not stage (host version runs)" if spec.kind == "island" else "host"
+    if "Compiled" in kinds and chunks.is_chunk(spec):
+        return f"loop run {chunks.STEPS} iterations per program"
     if "Compiled" in kinds:
         return "staged island"
     return "python" if kinds and kinds <= {DIRECT, CARRIED} else "not run yet"
@@ -53,7 +57,8 @@ def _named_regions(host: DispatchHost, state: list[StateEntry]) -> list[NamedGra
         title = f"{_KIND_WORDS.get(kind, kind)} at {where}"
         if spec_part is not None:
             spec, part = spec_part
-            title = f"{_KIND_WORDS['tail island' if spec.tail else spec.kind]} at {_where(spec, part)}"
+            title = f"{_KIND_WORDS['tail island' if spec.tail else 'loop chunk' if chunks.is_chunk(spec) else spec.kind]} " \
+                f"at {_where(spec, part)}"
         ins, outs = host.io_names.get(id(exe), ([], []))
         # torch.export lifts every parameter of the model into each region: name those it reads
         values = [Value(by_placeholder[p.name], state=True) for p in graph.placeholders

@@ -36,12 +36,13 @@ from dycl_jax.rewrite.exits import running as exit_running
 from dycl_jax.rewrite.frames import visible_locals
 from dycl_jax.rewrite.raises import PathRaised, raised_at
 from dycl_jax.rewrite.values import and_value, data, getitem, item_operand, np_reduce, or_value  # noqa: F401  (called by generated code)
-from dycl_jax.rewrite.regions import NOT_STAGED, decide, defined, island, region  # noqa: F401  (dispatch host)
+from dycl_jax.rewrite import chunks
+from dycl_jax.rewrite.regions import NOT_STAGED, chunked, decide, defined, island, region  # noqa: F401  (dispatch host)
 from dycl_jax.rewrite.padding import decoded, unrolled  # noqa: F401  (unrolled decode loops)
 
 __all__ = ["Undefined", "staging", "tracing", "cond", "switch", "ifexp", "while_loop", "and_", "or_", "not_",
            "and_value", "or_value", "item", "as_bool", "as_float", "as_int", "stop", "own", "data", "unless",
-           "np_reduce", "item_operand", "getitem", "region", "decide", "defined", "island", "NOT_STAGED", "decoded", "unrolled",
+           "np_reduce", "item_operand", "getitem", "region", "decide", "defined", "island", "chunked", "NOT_STAGED", "decoded", "unrolled",
            "is_view", "view_again"]
 
 
@@ -523,6 +524,9 @@ def while_loop(test_fn: Callable, body_fn: Callable, carry: tuple, invariants: t
     carry = tuple(carry)
     mode = modes.current()
     frame = _frame or sys._getframe(2)  # the user's function (this operator is wrapped once)
+    chunk = chunks.pending(site) if mode == "staging" else None
+    if chunk is not None:  # a chunk of the dispatch host's loop: its iterations unrolled (chunks.py)
+        return chunks.unroll(chunk, site, test_fn, body_fn, carry, invariants, lambda t: _pred(t, site))
     while True:  # Python iterations until the test is a tensor
         if mode == "staging":
             with modes.dry_run((carry, invariants)) as (c, inv):

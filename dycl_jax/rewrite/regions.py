@@ -115,6 +115,8 @@ class Executor(Protocol):
 
     def run_island(self, spec: RegionSpec, fn: Callable, values: tuple) -> Any: ...
 
+    def run_chunked(self, spec: RegionSpec, fn: Callable, values: tuple) -> Any: ...
+
     def truth(self, value: Any) -> bool: ...
 
 
@@ -199,6 +201,14 @@ def island(spec: RegionSpec, fn: Callable, values: tuple) -> Any:
         with modes.tracing(decisions):
             return fn(*values)
     return fn(*values)  # plain Python: the staged rewrite runs Python semantics
+
+
+def chunked(spec: RegionSpec, fn: Callable, values: tuple) -> Any:
+    """Generated code's call of a loop run in chunks of iterations (rewrite/chunks.py): the loop's
+    outputs, or NOT_STAGED, where its host version runs (always without a dispatch host: it is
+    the loop as written, which gives what the chunks give)."""
+    executor = _EXECUTOR.get()
+    return executor.run_chunked(spec, fn, values) if executor is not None else NOT_STAGED
 
 
 def aliased_at_call(spec: RegionSpec, values: tuple) -> bool:

@@ -231,6 +231,12 @@ class HostRuntime:
                 return NOT_STAGED
             raise
 
+    @staticmethod
+    def chunked() -> Any:
+        """A loop the live host ran in chunks of iterations: its host loop runs here (the live host
+        ran that loop once per path it took, so the loop's regions are in the artifact)."""
+        return NOT_STAGED
+
     def decide(self, value: Any, label: str) -> bool:
         taken = bool(value)
         if self.decisions is not None:

@@ -135,6 +135,7 @@ class _Splitter:
         # the same, for the containers whose elements they update (`xs[0].add_(1)`, `Access.deep`)
         self.deep_updates = [(n, line, acc.deep) for n, line, acc in accessed if acc.deep]
         self.loops = 0  # host loops around the block being split: a later iteration may read a name again
+        self.chunked: set[int] = set()  # `while` loops given a chunked form (rewrite/chunks.py)
 
     # ------------------------------------------------------------ statements
 
@@ -187,12 +188,15 @@ class _Splitter:
         flush()
         return out
 
-    def _island_ins(self, run: list[ast.stmt], acc: Access) -> list[str]:
+    def _island_ins(self, run: list[ast.stmt], acc: Access, chunked: bool = False) -> list[str]:
         """An island's inputs: what it reads, and what it writes (a path may leave a name
         unassigned), except generated temps, which exist only once assigned, and written names
         no statement before the island can have assigned (outside host loops): those are always
-        unassigned there, and an argument costs time on every call."""
+        unassigned there, and an argument costs time on every call. A loop run in chunks
+        takes every name it writes: the next chunk starts from their values after the last."""
         written = {n for n in acc.writes if not n.startswith("_dycl_")}
+        if chunked:
+            return sorted(((acc.reads | acc.mutates | written) & self.locals))
         # a generated loop counter (counted_while.py) is assigned before every read of it
         counters = {n.target.id for x in run for n in ast.walk(x)
                     if isinstance(n, ast.For) and isinstance(n.target, ast.Name) and n.target.id.startswith("_dycl_")}
@@ -253,12 +257,13 @@ class _Splitter:
         return [*pre, rest]
 
     def _island(self, run: list[ast.stmt], forced: tuple[str, ...],
-                host_version: list[ast.stmt] | None = None) -> list[ast.stmt]:
+                host_version: list[ast.stmt] | None = None, op: str = "island") -> list[ast.stmt]:
         """Try `run` as one staged program (its staged rewrite, compiled per signature); when it
         does not stage, its host version (control flow in Python, regions between; or
-        `host_version`) runs instead."""
+        `host_version`) runs instead. `op="chunked"`: `run` is one `while` loop, run a few
+        iterations per program (rewrite/chunks.py) where its values change shape as it goes."""
         acc = access(*run)
-        ins = self._island_ins(run, acc)
+        ins = self._island_ins(run, acc, chunked=op == "chunked")
         inside = Counter(n for x in run for n in _loads(x))
         live = self._live_after(run)
         # names read after the run; where liveness is not known, those read anywhere else (a name
@@ -302,14 +307,14 @@ class _Splitter:
         first = run[0].lineno
         self.ctx.sites.append(RegionSpec(self.ctx.src.file, first,  # type: ignore[arg-type]
                                          (StatementSpec(fn_name, tuple(ins), tuple(outs), first, self.ctx.code(first)),),
-                                         tuple(ins), tuple(outs), "island",
+                                         tuple(ins), tuple(outs), op if op == "chunked" else "island",
                                          aliased=tuple((ins.index(n), ins.index(m)) for n, m in pairs),
                                          in_place=frozenset(set(ins) & set(outs) - rebound(run)),
                                          updated_later=self._updated_after(run),
                                          deep_later=self._updated_after(run, deep=True)))
         result = self.ctx.fresh("staged")
         self.locals.add(result)
-        call = set_name(result, op_call("island", _table(site), name(fn_name), tuple_of(ins)))
+        call = set_name(result, op_call(op, _table(site), name(fn_name), tuple_of(ins)))
         host = self._host_version(host_version or run)
         unpack = [ast.Assign(targets=[tuple_of(outs, store=True)], value=name(result))] if outs else [ast.Pass()]
         test = ast.Compare(left=name(result), ops=[ast.Is()],
@@ -374,7 +379,17 @@ class _Splitter:
                 s.finalbody = self.block(s.finalbody)
         return s
 
+    def _chunkable(self, s: ast.While) -> bool:
+        """A `while` the host may run in chunks of iterations (rewrite/chunks.py): one that stages
+        (`_stageable`), without `else` (its staged form ends with the loop, which the chunk
+        unrolls), in no host loop, and calling no submodule that is a dispatch host itself."""
+        return id(s) not in self.chunked and not s.orelse and not self.loops and _stageable(s) \
+            and not any(self._hosted_calls(x) for x in ast.walk(s) if isinstance(x, _SIMPLE))
+
     def _while(self, s: ast.While) -> list[ast.stmt]:
+        if self._chunkable(s):
+            self.chunked.add(id(s))  # (its host version, below, is this loop as a host loop)
+            return self._island([s], (), op="chunked")
         # while test: body [else: tail]  ==>  while True: _t = test; if not _t: [_else = True;] break; body
         # (`while True:` / `while 1:` stays as it is: a region for a constant would cost a call per iteration)
         always = isinstance(s.test, ast.Constant) and bool(s.test.value)
