@@ -2,7 +2,7 @@
 
 Everything here observes a converted model from outside: region (and staged-island) calls are
 counted by wrapping the host's `run_region` (`run_island`) on the instance, host decisions with
-`recording_decisions()` (the record `JaxModel.trace` uses). Import after bench.py has set the
+their reads (`DispatchHost.truth`). Import after bench.py has set the
 XLA/JAX options.
 """
 from __future__ import annotations
@@ -19,7 +19,6 @@ from torch import nn
 
 from dycl_jax import JaxModel, to_jax
 from dycl_jax.host.dispatch import Compiled
-from dycl_jax.rewrite.regions import recording_decisions
 
 
 @dataclass
@@ -27,7 +26,7 @@ class HostWork:
     """What a dispatch model's host did per forward, averaged over the bench inputs."""
 
     region_calls: float  # region entries per forward (each runs its parts: compiled, python or torch)
-    island_calls: float  # staged-island entries per forward (a construct staged whole inside the host)
+    island_calls: float  # staged-island entries per forward (a construct staged whole inside the host, a loop chunk)
     decisions: float  # host reads of a data-dependent predicate per forward
     regions: int  # distinct regions met so far
     islands: int  # distinct staged islands met so far
@@ -45,16 +44,18 @@ def host_work(jm: JaxModel, jax_cases: Sequence[tuple]) -> HostWork | None:
     if jm.host != "dispatch":
         return None
     host = jm._fn
-    calls = {name: 0 for name in ("run_region", "run_island") if hasattr(host, name)}
+    # (host decisions counted as the host reads them: recording them would make every call a
+    # traced one, which runs a chunked loop as a host loop, host/chunks.py)
+    calls = {name: 0 for name in ("run_region", "run_island", "truth") if hasattr(host, name)}
     for name in calls:  # an instance attribute shadows the method for this pass only
         setattr(host, name, _counting(getattr(host, name), calls, name))
     try:
-        with recording_decisions() as decisions:
-            for case in jax_cases:
-                jax.block_until_ready(jm(*case))
+        for case in jax_cases:
+            jax.block_until_ready(jm(*case))
     finally:
         for name in calls:
             delattr(host, name)
+    decisions = [None] * calls.get("truth", 0)
     report = jm.report()
     n = len(jax_cases)
     kinds = [getattr(st.spec, "kind", "region") for st in host.regions.values()]
