@@ -116,6 +116,14 @@ class SavedList(nn.Module):
         return h, len(saved), len(history)
 
 
+def _twice(model: nn.Module, jm, cases: list[tuple]):
+    """(input index, torch's result, the converted model's) for every input, twice round: the first
+    time a new path runs the host loop, the second time the chunks' programs serve it."""
+    for _ in range(2):
+        for k, case in enumerate(cases):
+            yield k, model(*case), jm(*case)
+
+
 def _gru_inputs(n: int) -> list[tuple]:
     g = torch.Generator().manual_seed(5)
     return [(torch.randn(1, 16, generator=g) * 2.0,) for _ in range(n)]
@@ -172,13 +180,10 @@ def test_a_loop_with_no_iteration_and_python_values_beside_it():
     jm = dycl_jax.to_jax(model, cases[2], host="dispatch")
     steps = set()
     with torch.no_grad():
-        for _ in range(2):  # (the second time round: the chunks' programs)
-            for k, case in enumerate(cases):
-                want = model(*case)
-                got = jm(*case)
-                assert_same(want, got, f"input {k}")
-                assert type(got[1]) is int and got[1] == want[1]
-                steps.add(want[1])
+        for k, want, got in _twice(model, jm, cases):
+            assert_same(want, got, f"input {k}")
+            assert type(got[1]) is int and got[1] == want[1]
+            steps.add(want[1])
     assert 0 in steps and max(steps) > chunks.STEPS, steps
 
 
@@ -190,11 +195,9 @@ def test_speculative_iterations_past_the_last_block_fall_back_to_the_host_loop()
     jm = dycl_jax.to_jax(model, cases[0], host="dispatch")
     depths = set()
     with torch.no_grad():
-        for _ in range(2):
-            for k, case in enumerate(cases):
-                want = model(*case)
-                assert_same(want, jm(*case), f"input {k}")
-                depths.add(want[1])
+        for k, want, got in _twice(model, jm, cases):
+            assert_same(want, got, f"input {k}")
+            depths.add(want[1])
     assert len(depths) >= 3, depths
 
 
@@ -205,12 +208,9 @@ def test_the_loops_appends_reach_every_name_of_the_list():
     cases = [(torch.randn(1, 4, generator=g) * s,) for s in (0.2, 1.0, 4.0, 9.0) * 6]
     jm = dycl_jax.to_jax(model, cases[1], host="dispatch")
     with torch.no_grad():
-        for _ in range(2):
-            for k, case in enumerate(cases):
-                want = model(*case)
-                got = jm(*case)
-                assert_same(want[0], got[0], f"input {k}")
-                assert (got[1], got[2]) == (want[1], want[2]), f"input {k}: {got[1:]} vs {want[1:]}"
+        for k, want, got in _twice(model, jm, cases):
+            assert_same(want[0], got[0], f"input {k}")
+            assert (got[1], got[2]) == (want[1], want[2]), f"input {k}: {got[1:]} vs {want[1:]}"
 
 
 def test_a_traced_call_records_each_iteration_as_torch_does():
@@ -246,10 +246,7 @@ def test_decode_loop_with_tokens_read_as_python_ints():
     cases = _gru_inputs(30)
     jm = dycl_jax.to_jax(model, cases[0], host="dispatch")
     with torch.no_grad():
-        for _ in range(2):
-            for k, case in enumerate(cases):
-                want = model(*case)
-                got = jm(*case)
-                assert_same(want[0], got[0], f"input {k}")
-                assert [type(t) for t in got[1]] == [int] * len(want[1]) and got[1] == want[1], f"input {k}"
-                assert np.all(np.isfinite(np.asarray(got[0])))
+        for k, want, got in _twice(model, jm, cases):
+            assert_same(want[0], got[0], f"input {k}")
+            assert [type(t) for t in got[1]] == [int] * len(want[1]) and got[1] == want[1], f"input {k}"
+            assert np.all(np.isfinite(np.asarray(got[0])))

@@ -175,7 +175,7 @@ def _restore(snap: Snapshot) -> None:
     for m, attrs, items in snap:
         if isinstance(m, _Cells):
             for k, v in attrs.items():
-                m.cells[k].cell_contents = v
+                _put(m, k, v)
         else:
             made = [k for k, v in vars(m).items() if k not in attrs and kept(_global_like(m), k, v)]
             for k in made:  # made by the calls
@@ -295,11 +295,10 @@ def _cell_written_at(fn: types.FunctionType, name: str) -> Location | None:
         tree = ast.parse(textwrap.dedent("".join(lines)))
     except (OSError, TypeError, SyntaxError):
         return None
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.Assign, ast.AugAssign, ast.Expr)) and _touches(node, name) and file is not None:
-            line = start + node.lineno - 1
-            return Location(file, line, lines[node.lineno - 1].strip())
-    return None
+    node = _first_change(tree, name)
+    if node is None or file is None:
+        return None
+    return Location(file, start + node.lineno - 1, lines[node.lineno - 1].strip())
 
 
 def _global_written_at(namespace: dict, name: str) -> Location | None:
@@ -314,12 +313,15 @@ def _global_written_at(namespace: dict, name: str) -> Location | None:
         return None
     lines = text.splitlines()
     for fn in ast.walk(tree):
-        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            continue
-        for node in ast.walk(fn):
-            if isinstance(node, (ast.Assign, ast.AugAssign, ast.Expr)) and _touches(node, name):
-                return Location(file, node.lineno, lines[node.lineno - 1].strip())  # type: ignore[arg-type]
+        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) and (node := _first_change(fn, name)) is not None:
+            return Location(file, node.lineno, lines[node.lineno - 1].strip())  # type: ignore[arg-type]
     return None
+
+
+def _first_change(tree: ast.AST, name: str) -> ast.stmt | None:
+    """The first statement in `tree` that changes `name` (`_touches`)."""
+    return next((node for node in ast.walk(tree)
+                 if isinstance(node, (ast.Assign, ast.AugAssign, ast.Expr)) and _touches(node, name)), None)
 
 
 def _touches(node: ast.stmt, name: str) -> bool:

@@ -66,9 +66,10 @@ def watched() -> Iterator[None]:
     # what the names hold now (a test's fake clock included) is wrapped, and put back after
     current = {name: getattr(time, name) for name in _ORIGINALS}
     wrappers = {name: _wrapper(name, fn) for name, fn in current.items()}
+    clocks, dates = _aliases(current)
     aliases = [(namespace, key, value, wrappers[name] if value is current[name] else _wrapper(name, value))
-               for namespace, key, name, value in _aliases(current)]
-    aliases += _date_classes()
+               for namespace, key, name, value in clocks]
+    aliases += _date_classes(dates)
     for name, wrapper in wrappers.items():
         setattr(time, name, wrapper)
     for namespace, key, _, wrapper in aliases:
@@ -89,17 +90,12 @@ _DATE_CLASSES = (datetime.datetime, datetime.date)
 _DATE_READS = ("now", "utcnow", "today")
 
 
-def _date_classes() -> list[tuple[dict, str, str, Any]]:
+def _date_classes(user: list[tuple[dict, str, type]]) -> list[tuple[dict, str, type, type]]:
     """(namespace, key, the class, its counting subclass) for `datetime.datetime` and
-    `datetime.date` in the `datetime` module and each user global bound to them or to a subclass
+    `datetime.date` in the `datetime` module and the `user` globals bound to them or to a subclass
     (`from datetime import datetime`): a C type's methods cannot be wrapped in place, so a
     subclass whose `now`, `utcnow` and `today` count the user's reads stands in for the class."""
-    places = [(vars(datetime), c.__name__, c) for c in _DATE_CLASSES]
-    for module in list(sys.modules.values()):
-        namespace = getattr(module, "__dict__", None)
-        if isinstance(namespace, dict) and _user_module(module, namespace):
-            places += [(namespace, key, value) for key, value in list(namespace.items())
-                       if isinstance(value, type) and issubclass(value, _DATE_CLASSES)]
+    places = [(vars(datetime), c.__name__, c) for c in _DATE_CLASSES] + user
     made: dict[int, type] = {}
     out = []
     for namespace, key, cls in places:
@@ -126,11 +122,13 @@ def _counting_class(cls: type) -> type:
     return counting
 
 
-def _aliases(current: dict[str, Callable[..., Any]]) -> list[tuple[dict, str, str, Any]]:
+def _aliases(current: dict[str, Callable[..., Any]]) -> tuple[list[tuple[dict, str, str, Any]],
+                                                               list[tuple[dict, str, type]]]:
     """Globals of the user's modules bound to a clock function (`from time import perf_counter as
-    now`): (globals, key, which clock, the value)."""
+    now`): (globals, key, which clock, the value); and those bound to a `datetime` class or a
+    subclass of one (`from datetime import datetime`): (globals, key, the class). One pass."""
     known = {id(fn): (name, fn) for name in current for fn in (current[name], _ORIGINALS[name])}
-    found = []
+    found, dates = [], []
     for module in list(sys.modules.values()):
         namespace = getattr(module, "__dict__", None)
         if not isinstance(namespace, dict) or not _user_module(module, namespace):
@@ -139,7 +137,9 @@ def _aliases(current: dict[str, Callable[..., Any]]) -> list[tuple[dict, str, st
             hit = known.get(id(value))
             if hit is not None and value is hit[1]:
                 found.append((namespace, key, hit[0], value))
-    return found
+            elif isinstance(value, type) and issubclass(value, _DATE_CLASSES):
+                dates.append((namespace, key, value))
+    return found, dates
 
 
 _USER_MODULES: dict[int, tuple[Any, bool]] = {}  # id(module) -> (module, whether it is the user's)

@@ -28,19 +28,13 @@ from dycl_jax.rewrite.regions import NOT_STAGED, RegionSpec
 STEPS = 4
 OUT = "_dycl_chunk"  # the chunk island's one output (chunks.program)
 
-_SPECS: dict[int, tuple[RegionSpec, RegionSpec]] = {}  # id(loop spec) -> (it, its chunk island)
-
-
 def chunk_spec(spec: RegionSpec) -> RegionSpec:
     """The island a chunk of `spec`'s loop is captured as: the loop's inputs in, one output (the
-    loop's in-place names are written back only from the final outputs, `run`)."""
-    got = _SPECS.get(id(spec))
-    if got is None or got[0] is not spec:
-        st = spec.statements[0]
-        island = dataclasses.replace(spec, statements=(dataclasses.replace(st, outs=(OUT,)),),
-                                     outs=(OUT,), kind="island", in_place=frozenset())
-        got = _SPECS[id(spec)] = (spec, island)
-    return got[1]
+    loop's in-place names are written back only from the final outputs, `run`). The dispatch
+    host keeps one per loop (`DispatchHost.chunk_loops`): its identity keys the island's state."""
+    st = spec.statements[0]
+    return dataclasses.replace(spec, statements=(dataclasses.replace(st, outs=(OUT,)),), outs=(OUT,),
+                               kind="island", in_place=frozenset())
 
 
 def is_chunk(spec: RegionSpec) -> bool:
@@ -48,8 +42,10 @@ def is_chunk(spec: RegionSpec) -> bool:
     return spec.outs == (OUT,)
 
 
-def run(host: Any, spec: RegionSpec, fn: Callable, vals: tuple, seen: set, finish: Callable[[tuple], tuple]) -> Any:
-    """The loop's outputs, chunk after chunk through the dispatch host's `run_island`, or NOT_STAGED.
+def run(host: Any, spec: RegionSpec, island: RegionSpec, fn: Callable, vals: tuple, seen: set,
+        finish: Callable[[tuple], tuple]) -> Any:
+    """The loop's outputs, chunk after chunk of its `island` (`chunk_spec`) through the dispatch
+    host's `run_island`, or NOT_STAGED.
 
     A path (the loop's input signature, as the first chunk's program stands for it, and its
     number of iterations) the host loop has not run yet gives NOT_STAGED once, after the chunks
@@ -58,7 +54,6 @@ def run(host: Any, spec: RegionSpec, fn: Callable, vals: tuple, seen: set, finis
     runtime/hosted.py). A chunk that ran its first call (captured then, `host.last_program` not
     set) counts as a new path. `finish` gives the loop's outputs its lists and dicts as the
     caller's objects, as an island's outputs get them (the chunks' own outputs are new objects)."""
-    island = chunk_spec(spec)
     program = chunks.program(fn, spec.ins, spec.outs, spec.location, STEPS)
     current, done, start = vals, 0, None
     while True:
@@ -79,7 +74,6 @@ def run(host: Any, spec: RegionSpec, fn: Callable, vals: tuple, seen: set, finis
                     return NOT_STAGED
                 return finish(_narrowed(spec, vals, out))
         done += STEPS
-
 
 
 def _narrowed(spec: RegionSpec, vals: tuple, outs: tuple) -> tuple:

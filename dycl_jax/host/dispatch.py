@@ -425,8 +425,9 @@ class DispatchHost:
         # of the last traced call: (island label, whether its host version ran), per island call in
         # call order (`run_dispatch_trace` replays them: which names are one array, values seen once)
         self.alias_choices: list[AliasChoice] = []
-        # per loop run in chunks (host/chunks.py): the loop as a part, and the paths its host loop ran
-        self.chunk_loops: dict[int, tuple[Part, set]] = {}
+        # per loop run in chunks (host/chunks.py): the loop as a part, the paths its host loop ran,
+        # and the island its chunks are captured as
+        self.chunk_loops: dict[int, tuple[Part, set, RegionSpec]] = {}
         # the compiled program the latest call of a part on the short way ran (`_compiled_call`):
         # a loop's first chunk program stands for the loop's input signature (host/chunks.py)
         self.last_program: Compiled | None = None
@@ -588,9 +589,9 @@ class DispatchHost:
             return NOT_STAGED  # (and where two of its names are one array or list: as for an island)
         loop = self.chunk_loops.get(id(spec))
         if loop is None:  # (the loop as a part: its in-place names and identities, as an island's)
-            loop = self.chunk_loops[id(spec)] = (_part(spec, 0, 1), set())
-        part, seen = loop
-        return chunks.run(self, spec, fn, vals, seen, lambda outs: _kept(part, vals, outs))
+            loop = self.chunk_loops[id(spec)] = (_part(spec, 0, 1), set(), chunks.chunk_spec(spec))
+        part, seen, island = loop
+        return chunks.run(self, spec, island, fn, vals, seen, lambda outs: _kept(part, vals, outs))
 
     def _island(self, spec: RegionSpec, fn: Callable, vals: tuple) -> Any:
         """The island's outputs, or NOT_STAGED where its host version runs: it failed to stage, two of
@@ -960,10 +961,7 @@ class DispatchHost:
                 return self._split(st, part, fns, vals, [part.first, part.first + k, part.stop])
         torch_args = tuple(jax.tree_util.tree_unflatten(tree, [values.to_torch(v) for v in leaves]))
         # Python ints go in as symbolic ints where the graph allows (see capture/int_inputs.py)
-        # (a loop chunk holds its ints: each chunk start has its own shapes anyway, and a symbolic
-        # counter would put the chunk in JAX's 64-bit scope where the host loop's regions are not)
-        symbolic = frozenset() if chunks.is_chunk(spec) else \
-            frozenset(int_inputs.candidates(leaves)) - part.static_ints.get(tree, frozenset())
+        symbolic = frozenset(int_inputs.candidates(leaves)) - part.static_ints.get(tree, frozenset())
         while True:
             try:
                 entry, outs, new_attrs = self._capture(spec, part, fns, leaves, tree, torch_args, symbolic,
