@@ -13,6 +13,7 @@ import subprocess
 import sys
 import types
 import warnings
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -20,6 +21,7 @@ import torch
 import torch.nn as nn
 
 import dycl_jax
+from dycl_jax.host import dispatch
 from dycl_jax.errors import CallError, DecodeBoundError, DyclError, ExportCoverageWarning
 from dycl_jax.rewrite.api import run_dispatch_trace, run_torch_trace
 from examples.dynn import load
@@ -84,16 +86,21 @@ def _staged_cases() -> dict:
 
 def _dispatch_case(name: str) -> tuple:
     """An early exit with a numpy fallback, branches of different shapes, a growing decode loop or
-    MoE, converted here (not shared: the artifact holds what this jm compiled before export)."""
-    mod = load(name)
+    MoE, converted here (not shared: the artifact holds what this jm compiled before export).
+    "moe_exact": MoE with no budget for the dense form of its row selections, so that the host
+    runs each expert on its own rows (what it does for experts too large to run on every token)."""
+    mod = load(name.removesuffix("_exact"))
     model, args = mod.example()
-    # (all four stage by default, MoE through its bounded form and the others as one padded
-    # program or a tensor argmax: their dispatch-host artifact is asked for)
-    jm = dycl_jax.to_jax(model, args, host="dispatch")
-    # (captioning: two output lengths before export; the others, max length included, held out)
-    chosen = mod.inputs(2) if name == "captioning" else _one_per_path(mod, model, 50)
-    for a in chosen:  # the host compiles each region signature these inputs reach
-        jm(*a)
+    budget = {"cpu": 0.0} if name.endswith("_exact") else {}
+    with mock.patch.dict(dispatch.DENSE_ROWS_FLOPS, budget), \
+            mock.patch.object(dispatch, "DENSE_ROWS_FLOPS_ACCELERATOR", 0.0 if budget else dispatch.DENSE_ROWS_FLOPS_ACCELERATOR):
+        # (all four stage by default, MoE through its bounded form and the others as one padded
+        # program or a tensor argmax: their dispatch-host artifact is asked for)
+        jm = dycl_jax.to_jax(model, args, host="dispatch")
+        # (captioning: two output lengths before export; the others, max length included, held out)
+        chosen = mod.inputs(2) if name == "captioning" else _one_per_path(mod, model, 50)
+        for a in chosen:  # the host compiles each region signature these inputs reach
+            jm(*a)
     return model, jm, chosen + held_out(name)
 
 
@@ -120,10 +127,11 @@ GROUPS = {
                                "shape_branch": _dispatch_case("shape_branch"), "step_decode": _step_decode_case()},
     "captioning": lambda: {"captioning": _dispatch_case("captioning")},
     "moe": lambda: {"moe": _dispatch_case("moe")},
+    "moe exact": lambda: {"moe_exact": _dispatch_case("moe_exact")},
 }
 GROUP_OF = {"mlp": "staged", "shallow_deep": "staged", "act": "staged", "decode": "staged",
             "numpy_fallback": "small dispatch", "shape_branch": "small dispatch", "step_decode": "small dispatch",
-            "captioning": "captioning", "moe": "moe"}
+            "captioning": "captioning", "moe": "moe", "moe_exact": "moe exact"}
 
 
 def _export_and_run(cases: dict, root, group: str) -> tuple[dict, dict]:
@@ -207,7 +215,7 @@ def test_round_trip_matches_torch_and_jm_on_every_path(artifacts, name) -> None:
     assert man["source"]["class"].endswith(type(model).__name__) and man["versions"]["torch"] == torch.__version__
 
 
-DISPATCH_CASES = ("numpy_fallback", "shape_branch", "captioning", "moe")
+DISPATCH_CASES = ("numpy_fallback", "shape_branch", "captioning", "moe", "moe_exact")
 
 
 @functools.lru_cache(maxsize=None)
@@ -220,7 +228,7 @@ def held_out(name: str) -> list[tuple]:
         model, _ = mod.example()
         seen = {mod.path_of(model, a) for a in mod.inputs(2)}
         return [a for a in _one_per_path(mod, model, 50) if mod.path_of(model, a) not in seen]
-    return load(name).inputs(4, seed=7) if name == "moe" else []
+    return load("moe").inputs(4, seed=7) if name.startswith("moe") else []
 
 
 @pytest.mark.parametrize("name", DISPATCH_CASES)
@@ -239,16 +247,16 @@ def test_dispatch_round_trip_matches_torch_and_jm_trace(artifacts, name) -> None
         assert_same(want, traced, f"{name} input {k} (loaded trace vs torch)")
         if k < n_run:  # (jm would compile the held-out signatures first)
             _same_decisions(jm.trace(*args)[1], decisions, f"{name} input {k}")
-        elif name == "captioning":  # the decisions of the dispatch rewrite run in torch (it has no margins)
+        elif name != "moe_exact":  # the decisions of the dispatch rewrite run in torch (it has no margins)
             want = run_dispatch_trace(model, "forward", args, jm._fn.failed_islands())[1]
             assert [tuple(d) for d in want] == [(s, v) for s, v, _ in decisions], f"{name} input {k}"
-        else:  # MoE makes no data-dependent decision: none is reported for a held-out input either
+        else:  # exact routing makes no data-dependent decision: none is reported for a held-out input either
             assert decisions == [], decisions
-    if name != "moe":  # MoE's `if sel.numel() == 0` is a Python bool: no data-dependent decision
-        assert any(run[3] for run in results[name]), "no decision was reported"
+    # (MoE's `if sel.numel() == 0` is a staged cond in its dense form, a Python bool in its exact one)
+    assert any(run[3] for run in results[name]) == (name != "moe_exact"), "decisions reported (or not)"
     host = (root / name / "host.py").read_text()
     assert "torch" not in host.replace("torch-free", "") and "rt.region(" in host
-    if name == "moe":  # one program per expert for every token count, and the sub-host called from the host program
+    if name == "moe_exact":  # one program per expert for every token count, and the sub-host called from the host program
         parts = [p for r in manifests[name]["regions"] for p in r.get("parts", ())]
         assert any("ranges" in e for p in parts for e in p["entries"]) and "self.moe(" in host
 

@@ -188,24 +188,65 @@ def _rule(node: Any, marked: dict) -> Any:
     raise _Unproven(f"{t} is not known to be row-wise")
 
 
-def prove(gm: torch.fx.GraphModule) -> list[Location]:
+def prove(gm: torch.fx.GraphModule, budget: float | None = None) -> list[Location]:
     """Check every bounded selection in `gm` and in its branch and loop bodies, then remove the
-    markers; CaptureError where a selection's computation is not provably row-wise. Each graph
+    markers; CaptureError where a selection's computation is not provably row-wise, or where its
+    contractions over all rows take more than `budget` floating-point operations (the dispatch
+    host's choice: past it, the exact row count is cheaper than the dense form). Each graph
     is checked alone: a marked value that enters or leaves one (a cond's operand or result) is
     refused where it meets the cond or the graph's output. Returns where the proved selections
     were written (once per statement, in source order), for the report."""
     uids: set[int] = set()
+    total = 0.0
     for sub in [m for m in gm.modules() if isinstance(m, torch.fx.GraphModule)]:
-        uids |= _prove_graph(sub)
-    found = {(loc.file, loc.line): loc for u in uids if (loc := rows_rt.location(u)) is not None}
-    return [found[k] for k in sorted(found)]
+        found, work = _prove_graph(sub)
+        uids |= found
+        total += work
+    if budget is not None and total > budget:
+        raise CaptureError(
+            f"the row selection computed densely over all rows would take {total / 1e6:.1f} MFLOP of contractions, "
+            f"more than the {budget / 1e6:.0f} MFLOP budget of the dense form: the selection runs with its exact "
+            "row count", location=rows_rt.location(min(uids)) if uids else None)
+    found_at = {(loc.file, loc.line): loc for u in uids if (loc := rows_rt.location(u)) is not None}
+    return [found_at[k] for k in sorted(found_at)]
 
 
-def _prove_graph(gm: torch.fx.GraphModule) -> set[int]:
+def _contraction_flops(node: Any) -> float:
+    """Multiply-adds (x2) of a matrix product or convolution over the marked rows: the work
+    the dense form repeats for the rows the selection leaves out."""
+    p = _packet(node.target)
+    out = _shape(node)
+    if p in (aten.mm, aten.addmm, aten.bmm):
+        a = node.args[1] if p is aten.addmm else node.args[0]
+        return 2.0 * _numel(out) * _hint(_shape(a)[-1])
+    if node.target is aten.convolution.default:
+        w = _shape(node.args[1])
+        return 2.0 * _numel(out) * _numel(w[1:])
+    return 0.0
+
+
+def _hint(d: Any) -> float:
+    """A size as a number: a symbolic size by its example value (an estimate is all it is for)."""
+    if isinstance(d, int):
+        return float(d)
+    hint = getattr(getattr(d, "node", None), "hint", None)
+    return float(hint) if hint is not None else 1.0
+
+
+def _numel(shape: Any) -> float:
+    n = 1.0
+    for d in shape:
+        n *= _hint(d)
+    return n
+
+
+def _prove_graph(gm: torch.fx.GraphModule) -> tuple[set[int], float]:
+    """The uids of the selections proved in `gm` (markers removed) and the contraction work on their rows."""
     graph = gm.graph
     markers = [n for n in graph.nodes if n.op == "call_function" and n.target in (_IN, _OUT)]
     if not markers:
-        return set()
+        return set(), 0.0
+    work = 0.0
     marked: dict = {}  # node -> row dimension of its marked value (tuple for multi-output ops)
     group: dict = {}  # node -> the uid of the selection its marked rows belong to
     for node in graph.nodes:
@@ -242,13 +283,14 @@ def _prove_graph(gm: torch.fx.GraphModule) -> set[int]:
             continue
         try:
             marked[node], group[node] = _rule(node, marked), uid
+            work += _contraction_flops(node)
         except _Unproven as why:
             _refuse(node, group, str(why), uid)
     for node in markers:
         node.replace_all_uses_with(node.args[0])
         graph.erase_node(node)
     gm.recompile()
-    return {n.args[1] for n in markers}
+    return {n.args[1] for n in markers}, work
 
 
 def _flat_nodes(args: Any) -> list:
@@ -259,8 +301,9 @@ def _flat_nodes(args: Any) -> list:
 
 def _refuse(node: Any, group: dict, why: str, uid: int | None = None) -> None:
     uid = uid if uid is not None else next((group[a] for a in _flat_nodes(node.args) if a in group), None)
+    # (from None: the refusal says why; our own _Unproven signal behind it is not its cause)
     raise CaptureError(
         f"the row selection cannot run as a masked computation over all rows, as it is not proved row-wise: {why}",
         location=rows_rt.location(uid) if uid is not None else None,
         fix='convert with host="auto" (the default) or host="dispatch": that host runs the selection with its '
-            "exact row count")
+            "exact row count") from None

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 from torch.export import ExportedProgram
 
-from dycl_jax.capture import host_clock, int_inputs
+from dycl_jax.capture import bounded_rows, host_clock, int_inputs
 from dycl_jax.capture.ordered_dicts import keep_order
 from dycl_jax.capture.export import StateEntry, _eval_mode, _quiet_torch_logs, _state_entries, _strip, to_core_aten
 from dycl_jax.capture.train_mode import training
@@ -71,6 +71,7 @@ class CapturedRegion:
     mutations: tuple[str, ...] = ()
     views: tuple[tuple[int, str, int], ...] = ()  # output leaves that are views (view_pairs)
     view_layouts: tuple = ()  # per view pair: its Layout in the other leaf (capture/view_layout.py) or None
+    bounded_rows: tuple = ()  # Locations of the row selections taking their dense form (capture/bounded_rows.py)
 
 
 class _CallWrapper(torch.nn.Module):
@@ -226,7 +227,8 @@ def lost_update(names: Any, inputs: list[torch.Tensor | None], versions: list[in
 def capture_call(root: torch.nn.Module, fn: Callable, args: tuple, context: Callable[[], ContextManager],
                  callers: frozenset = frozenset(), same: tuple = (),
                  dynamic: frozenset = frozenset(), dims: list[list[int]] | None = None,
-                 leaf_view: Callable[[Any], Any] | None = None, train: bool = False) -> CapturedRegion:
+                 leaf_view: Callable[[Any], Any] | None = None, train: bool = False,
+                 dense_budget: float | None = None) -> CapturedRegion:
     """Export `fn(*args)` (tensors in `args` are example inputs) and decompose it.
 
     `same`: pairs (leaf, earlier leaf) of `args` that the user's code holds as one tensor, and
@@ -237,6 +239,8 @@ def capture_call(root: torch.nn.Module, fn: Callable, args: tuple, context: Call
     (the dispatch host opens nested functions into their closure cells).
     `train`: capture in training mode (capture/train_mode.py): the buffers updated become the
     first graph outputs, named by `mutations`.
+    `dense_budget`: the most contraction work a row selection's dense form (rewrite/rows.py) may
+    take; over it, or not proved row-wise, the capture is refused (capture/bounded_rows.py).
 
     The int leaves in `dynamic` are exported as symbolic ints (see int_inputs.py); the result's
     `ints` says which of them must be static after all. `context` is entered around export
@@ -268,10 +272,11 @@ def capture_call(root: torch.nn.Module, fn: Callable, args: tuple, context: Call
         except PathRaised as raised:  # the user's `raise` inside a traced path (rewrite/raises.py)
             raise raised.refusal() from raised.exc
         ep = to_core_aten(ep)
+        dense = bounded_rows.prove(ep.graph_module, dense_budget)
     ints = int_inputs.analyse(ep, wrapper._index, dynamic, sink["unresolved"], sink["computed"]) if dynamic else None
     mutations = tuple(_strip(s.target) for s in ep.graph_signature.output_specs
                       if s.kind == torch.export.graph_signature.OutputKind.BUFFER_MUTATION) if train else ()
     return CapturedRegion(ep, _state_entries(ep, train), sink["tree"], sink["slots"], sink["constants"],
                           time.perf_counter() - start, sink["mutated"], sink["passed"], tuple(wrapper._index), ints,
-                          mutations, sink["views"], sink["view_layouts"])
+                          mutations, sink["views"], sink["view_layouts"], tuple(dense))
 

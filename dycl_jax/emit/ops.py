@@ -338,6 +338,7 @@ def _indices(idx: Any) -> str:
 
 rule(aten.bitwise_or.Tensor, dtype="promote")(lambda a, b: f"{lit(a)} | {lit(b)}")
 rule(aten.bitwise_and.Tensor, dtype="promote")(lambda a, b: f"{lit(a)} & {lit(b)}")
+rule(aten.bitwise_not.default)(lambda a: f"jnp.invert({lit(a)})")
 rule(aten.copy.default, named=True)(  # the source's values in the destination's shape and dtype
     lambda dst, src, non_blocking=False: f"jnp.broadcast_to({lit(src)}, {lit(dst)}.shape).astype({lit(dst)}.dtype)")
 rule(aten.scalar_tensor.default, dtype="own")(

@@ -81,8 +81,9 @@ def _host_tree(host: DispatchHost, rewrite: RewriteRecord) -> HostNode:
         by_file[f.generated] = node
         root.children.append(node)
         for site in f.sites:
-            if not site.static:
-                node.children.append(HostNode("decision", f"{site.label} (read on the host)"))
+            if not site.static:  # (a site inside a staged island is decided in its program)
+                how = "read on the host" if site.label in host.sites_read else "not read on the host so far"
+                node.children.append(HostNode("decision", f"{site.label} ({how})"))
     for st in host.regions.values():
         spec = st.spec
         parent = next((n for f, n in zip(rewrite.functions, root.children) if f.file == spec.file), root)
@@ -137,4 +138,6 @@ def build_dispatch_report(model_name: str, method: str, host: DispatchHost, sign
         captures=host.captures,
         compilations=host.compilations(),
         param_groups=param_groups(state),
+        bounded_rows=[f"{os.path.basename(loc.file)}:{loc.line}: {loc.code}"
+                      for _, loc in sorted(host.dense_rows.items())],
     )

@@ -119,6 +119,8 @@ class Executor(Protocol):
 
     def truth(self, value: Any) -> bool: ...
 
+    sites_read: set[str]  # the labels of the sites whose decisions it has read (for the report)
+
 
 class _NotStaged:
     def __repr__(self) -> str:
@@ -273,7 +275,11 @@ def defined(value: Any) -> Any:
 def decide(value: Any, site: Site) -> bool:
     """A host decision at a data-dependent site: reads the value, records it when tracing."""
     executor = _EXECUTOR.get()
-    taken = bool(value) if executor is None else executor.truth(value)
+    if executor is None:
+        taken = bool(value)
+    else:
+        taken = executor.truth(value)
+        executor.sites_read.add(site.label)
     decisions = _DECISIONS.get()
     if decisions is not None:
         decisions.append(Decision(site.label, taken, _MARGINS.get().get(id(value), (None, math.nan))[1]))

@@ -566,9 +566,8 @@ def _stage(island: ast.FunctionDef, ctx: Context) -> None:
     scopes = user_scopes(island)[::-1]
     for scope in scopes:
         scope._dycl_user_locals = function_locals(scope)  # type: ignore[attr-defined]
-    # (bounded_rows: never in an island; the dispatch host runs a row selection with its exact row count)
     # (self_attributes: the method's own attributes are its locals already; those left are read elsewhere)
-    done = {"bounded_rows", "super_calls", "side_effects", "self_attributes", "attribute_stores", "helpers"}
+    done = {"super_calls", "side_effects", "self_attributes", "attribute_stores", "helpers"}
     for stage, convert_scope in PIPELINE:
         if stage not in done:
             for scope in scopes:
