@@ -67,6 +67,14 @@ def test_over_the_budget_each_expert_runs_on_its_exact_rows() -> None:
     assert "aten.index_put.default" in _graph_ops(jm)
     report = jm.report()
     assert report.bounded_rows == [] and any("nonzero" in s for s in report.host_statements)
+    # the host tree says why the island runs its host version
+    labels = []
+    stack = [report.host_tree]
+    while stack:
+        node = stack.pop()
+        labels.append(node.label)
+        stack.extend(node.children)
+    assert any(label.startswith("did not stage") and "budget of the dense form" in label for label in labels), labels
 
 
 def test_the_budget_is_the_contraction_work_of_the_selected_computation() -> None:

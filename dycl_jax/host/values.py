@@ -373,13 +373,17 @@ def describe_failure(exc: BaseException, limit: int = 300) -> str:
     root = exception_chain(exc)[-1]
     text = " ".join(str(root).split())
     guard = _GUARD.search(text)
-    if guard is not None:
+    if guard is not None and guard.group(1) == "guard on":
         return (f"a tensor's value decides a Python value or a size here (torch.export cannot capture "
-                f"`{guard.group(1)}`, a condition on data)")
+                f"`{guard.group(2)}`, a condition on data)")
+    if guard is not None:
+        return (f"a tensor's value is used as a Python int here (torch.export cannot make the data-dependent "
+                f"`{guard.group(2)}` a constant)")
     return f"{type(root).__name__}: {text[:limit]}{'...' if len(text) > limit else ''}"
 
 
-_GUARD = re.compile(r"Could not guard on data-dependent expression (.+?) \(unhinted")
+_GUARD = re.compile(r"Could not (guard on|extract specialized integer from) data-dependent expression (.+?) "
+                    r"\(unhinted")
 
 
 def failing_statement(exc: BaseException, fns: Sequence[Any]) -> int | None:

@@ -91,6 +91,8 @@ def _host_tree(host: DispatchHost, rewrite: RewriteRecord) -> HostNode:
             where = _where(spec, part)
             kind = _part_kind(spec, part)
             label = f"{kind}: {where} ({part.stop - part.first} statements, {len(part.cache)} signatures)"
+            if spec.kind == "island" and part.host_reason is not None:  # why it did not stage
+                label += f": {part.host_reason}"
             parent.children.append(HostNode(kind, label))
     return root
 
