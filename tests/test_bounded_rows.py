@@ -280,6 +280,11 @@ def test_rows_mixed_run_on_the_dispatch_host_equal_to_torch() -> None:
     assert jm.host == "dispatch"
     assert "test_bounded_rows.py:" in jm.report().dispatch_reason
     _matches_on_every_path(model, jm, _inputs(True))
+    # inside the dispatch host's island too, the proof refuses the dense form (its host version
+    # runs the selection exactly: tests/test_dispatch_dense_rows.py)
+    assert jm.report().bounded_rows == []
+    reasons = [p.host_reason for st in jm._fn.regions.values() if st.spec.kind == "island" for p in st.parts]
+    assert any(r and "not proved row-wise" in r for r in reasons), reasons
 
 
 def test_report_names_each_bounded_selection_with_file_and_line() -> None:

@@ -7,14 +7,15 @@ from __future__ import annotations
 
 from unittest import mock
 
+import numpy as np
 import pytest
 import torch
 
 import dycl_jax
 from dycl_jax.host import dispatch
 from examples.dynn import moe
-from test_bounded_rows import (AccumulateStyle, IndexAddStyle, MaskStyle, MixesRows, WhereStyle, _inputs,
-                               _matches_on_every_path, _model)
+from test_bounded_rows import (AccumulateStyle, IndexAddStyle, MaskStyle, WhereStyle, _inputs, _matches_on_every_path,
+                               _model)
 
 SELECTION_LINE = next(i for i, text in enumerate(open(moe.__file__), 1) if ".nonzero(as_tuple=True)[0]" in text)
 
@@ -25,8 +26,10 @@ def _graph_ops(jm) -> set[str]:
 
 
 def _island_reasons(jm) -> list[str]:
-    return [part.host_reason for st in jm._fn.regions.values() if st.spec.kind == "island"
-            for part in st.parts if part.host_reason is not None]
+    """Why islands run their host version: for good (`host_reason`), or at the signatures whose
+    dense form is over the budget (`over_budget`)."""
+    return [reason for st in jm._fn.regions.values() if st.spec.kind == "island"
+            for part in st.parts for reason in (part.host_reason, part.over_budget) if reason is not None]
 
 
 @pytest.mark.parametrize("layer", [None, MaskStyle, WhereStyle, AccumulateStyle, IndexAddStyle],
@@ -43,15 +46,11 @@ def test_selections_in_a_dispatch_island_run_densely_in_one_program(layer) -> No
     assert report.host_statements == [] and len(report.subnetworks) == 1, report.subnetworks
     assert [b.split(": ")[0] for b in report.bounded_rows] and all(b.startswith(("moe.py:", "test_bounded_rows.py:"))
                                                                    for b in report.bounded_rows)
+    if layer is None:
+        assert report.bounded_rows == [f"moe.py:{SELECTION_LINE}: sel = (expert_idx == e).nonzero(as_tuple=True)[0]"]
     captures = host.captures
-    _matches_on_every_path(model, jm, _inputs(False))  # a second pass compiles nothing
+    _matches_on_every_path(model, jm, _inputs(True))  # a second pass compiles nothing
     assert host.captures == captures
-
-
-def test_moe_report_names_the_dense_selection() -> None:
-    model, args = _model(None)
-    report = dycl_jax.to_jax(model, args, host="dispatch").report()
-    assert report.bounded_rows == [f"moe.py:{SELECTION_LINE}: sel = (expert_idx == e).nonzero(as_tuple=True)[0]"]
 
 
 def test_over_the_budget_each_expert_runs_on_its_exact_rows() -> None:
@@ -61,10 +60,14 @@ def test_over_the_budget_each_expert_runs_on_its_exact_rows() -> None:
     with mock.patch.dict(dispatch.DENSE_ROWS_FLOPS, {"cpu": 0.0}), \
             mock.patch.object(dispatch, "DENSE_ROWS_FLOPS_ACCELERATOR", 0.0):
         jm = dycl_jax.to_jax(model, args, host="dispatch")
-        _matches_on_every_path(model, jm, _inputs(False))
+        _matches_on_every_path(model, jm, _inputs(True))
     reasons = _island_reasons(jm)
     assert reasons and all("budget of the dense form" in r and "MFLOP" in r for r in reasons), reasons
     assert "aten.index_put.default" in _graph_ops(jm)
+    dense = dycl_jax.to_jax(model, args, host="dispatch")  # the two dispatch forms agree with each other too
+    for k, (x,) in enumerate(_inputs(True)):
+        torch.testing.assert_close(torch.tensor(np.asarray(dense(x))), torch.tensor(np.asarray(jm(x))),
+                                   rtol=1e-5, atol=1e-5, msg=f"dense vs exact, input {k}")
     report = jm.report()
     assert report.bounded_rows == [] and any("nonzero" in s for s in report.host_statements)
     # the host tree says why the island runs its host version
@@ -91,30 +94,53 @@ def test_the_budget_is_the_contraction_work_of_the_selected_computation() -> Non
         assert (_island_reasons(jm) == []) is dense
 
 
-def test_rows_that_mix_keep_their_exact_count_in_the_dispatch_island() -> None:
-    """A computation that sums over the selected rows is not row-wise: the proof refuses the dense
-    form inside the island, whose host version runs the selection exactly."""
-    model, args = _model(MixesRows)
-    jm = dycl_jax.to_jax(model, args, host="dispatch")
-    _matches_on_every_path(model, jm, _inputs(True))
-    assert jm.report().bounded_rows == []
-    assert any("not proved row-wise" in r for r in _island_reasons(jm)), _island_reasons(jm)
-
-
-def test_dense_and_exact_dispatch_agree_with_staged_on_every_input() -> None:
-    """Three conversions of one model, each against torch and against each other."""
+def test_a_signature_over_the_budget_leaves_the_others_dense() -> None:
+    """The budget is per signature: 24 tokens (twice the work) run the island's host version,
+    while the 12-token signature keeps its one dense program, before and after."""
     model, args = _model(None)
-    staged = dycl_jax.to_jax(model, args, host="staged")
-    dense = dycl_jax.to_jax(model, args, host="dispatch")
-    with mock.patch.dict(dispatch.DENSE_ROWS_FLOPS, {"cpu": 0.0}), \
-            mock.patch.object(dispatch, "DENSE_ROWS_FLOPS_ACCELERATOR", 0.0):
-        exact = dycl_jax.to_jax(model, args, host="dispatch")
-        for k, (x,) in enumerate(_inputs(True)):
+    work = 12 * 2 * (2 * 16 * (8 + 16 + 32 + 64))
+    g = torch.Generator().manual_seed(3)
+    longer = [(torch.randn(1, 24, 16, generator=g) * s,) for s in (0.5, 1.0, 2.0)]
+    with mock.patch.dict(dispatch.DENSE_ROWS_FLOPS, {"cpu": work * 1.5}), \
+            mock.patch.object(dispatch, "DENSE_ROWS_FLOPS_ACCELERATOR", work * 1.5):
+        jm = dycl_jax.to_jax(model, args, host="dispatch")
+        _matches_on_every_path(model, jm, _inputs(True))
+        for k, (x,) in enumerate(longer):
             with torch.no_grad():
-                want = model(x).numpy()
-            outs = [jm(x) for jm in (staged, dense, exact)]
-            got = {name: torch.tensor(out.__array__()) for name, out in zip(("staged", "dense", "exact"), outs)}
-            for name, value in got.items():
-                torch.testing.assert_close(value, torch.as_tensor(want), rtol=1e-4, atol=1e-4,
-                                           msg=f"{name} input {k}")
-            torch.testing.assert_close(got["dense"], got["exact"], rtol=1e-5, atol=1e-5, msg=f"dense vs exact {k}")
+                want = model(x)
+            torch.testing.assert_close(torch.tensor(jm(x).__array__()), want, rtol=1e-4, atol=1e-4,
+                                       msg=f"24 tokens, input {k}")
+        host = jm._fn
+        captures = host.captures
+        _matches_on_every_path(model, jm, _inputs(True))  # 12 tokens: still the dense program
+        assert host.captures == captures
+    parts = [p for st in host.regions.values() if st.spec.kind == "island" for p in st.parts]
+    assert any(p.over_budget and dispatch.OVER_BUDGET in p.cache.values() for p in parts)
+    assert all(p.host_reason is None for p in parts)
+    assert any(type(e) is dispatch.Compiled for p in parts for e in p.cache.values())
+    assert jm.report().bounded_rows  # the dense selection of the 12-token program
+
+
+def test_both_sides_of_the_budget_export_and_the_emitted_module_refuses(tmp_path) -> None:
+    """A host whose island ran densely at 12 tokens and as its host version at 24: the exported
+    artifact serves both (program, host version), against torch; the emitted module, which holds
+    one class per submodule, refuses with a located error instead of a module that fails."""
+    model, args = _model(None)
+    work = 12 * 2 * (2 * 16 * (8 + 16 + 32 + 64))
+    g = torch.Generator().manual_seed(4)
+    cases = [(torch.randn(1, 24, 16, generator=g),), *_inputs(True)]
+    with mock.patch.dict(dispatch.DENSE_ROWS_FLOPS, {"cpu": work * 1.5}), \
+            mock.patch.object(dispatch, "DENSE_ROWS_FLOPS_ACCELERATOR", work * 1.5):
+        jm = dycl_jax.to_jax(model, args, host="dispatch")
+        for case in cases:
+            jm(*case)
+    jm.export(str(tmp_path / "artifact"))
+    loaded = dycl_jax.load(str(tmp_path / "artifact"))
+    for k, (x,) in enumerate(cases):
+        with torch.no_grad():
+            want = model(x)
+        torch.testing.assert_close(torch.tensor(np.asarray(loaded(x.numpy()))), want, rtol=1e-4, atol=1e-4,
+                                   msg=f"input {k} ({x.shape[1]} tokens)")
+    with pytest.raises(dycl_jax.DyclError, match="one form per submodule") as info:
+        jm.emit(str(tmp_path / "emitted"))
+    assert info.value.location is not None and info.value.location.file == moe.__file__

@@ -36,6 +36,10 @@ _REDUCE = {aten.sum, aten.mean, aten.amax, aten.amin, aten.prod, aten.var, aten.
            aten.max, aten.min, aten.any, aten.all, aten.logsumexp, aten.norm, aten.linalg_vector_norm, aten.var_mean}
 
 
+class OverBudget(CaptureError):
+    """The dense form is proved but over the contraction budget `prove` was given."""
+
+
 class _Unproven(Exception):
     """An op the proof cannot show row-wise."""
 
@@ -203,7 +207,7 @@ def prove(gm: torch.fx.GraphModule, budget: float | None = None) -> list[Locatio
         uids |= found
         total += work
     if budget is not None and total > budget:
-        raise CaptureError(
+        raise OverBudget(
             f"the row selection computed densely over all rows would take {total / 1e6:.1f} MFLOP of contractions, "
             f"more than the {budget / 1e6:.0f} MFLOP budget of the dense form: the selection runs with its exact "
             "row count", location=rows_rt.location(min(uids)) if uids else None)

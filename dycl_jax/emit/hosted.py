@@ -25,7 +25,7 @@ from dycl_jax.emit.program import Program
 from dycl_jax.emit.writer import assemble, state_refs
 from dycl_jax.errors import DyclError, Location
 from dycl_jax.host import values
-from dycl_jax.host.dispatch import CARRIED, DIRECT, EAGER, Compiled, DispatchHost, Part, tracks_views
+from dycl_jax.host.dispatch import CARRIED, DIRECT, EAGER, OVER_BUDGET, Compiled, DispatchHost, Part, tracks_views
 from dycl_jax.rewrite.modes import exclusive
 from dycl_jax.rewrite.plan import Undefined
 from dycl_jax.source import origins
@@ -103,9 +103,12 @@ class HostedEmitter:
     # ------------------------------------------------------------ reading the host
 
     def signatures(self, part: Part) -> list[tuple[tuple, Any]]:
-        """(signature, what the host holds for it) per signature the part ran."""
+        """(signature, what the host holds for it) per signature the part ran (an island's
+        signatures over the dense form's budget left out: its host version serves them)."""
         keys = []
         for key, entry in part.cache.items():
+            if entry is OVER_BUDGET:
+                continue
             if key[0] == "variant":  # a program over symbolic ints: the signatures it served, ints as constants
                 keys += [(k, entry) for k in part.served.get(id(entry), ())]
             else:
@@ -306,12 +309,21 @@ class HostedEmitter:
                 skip = True
                 spec = self.program.regions[rid]
                 st = self.host.regions.get(id(spec))
-                if st is None or st.parts[0].host_reason is not None:
+                if st is None or st.parts[0].staged_nowhere():
                     out += self.statements(then, generated)  # the island did not stage: its host version
                     continue
+                if st.parts[0].over_budget is not None:
+                    # its program (the dense form) calls the submodules' staged code, its host version
+                    # their host code: one emitted class per module cannot be both
+                    raise DyclError(
+                        f"emitted source: the {spec.label} ran as one program at some input sizes and as its host "
+                        f"version at larger ones ({st.parts[0].over_budget}); the emitted module holds one form "
+                        "per submodule", location=spec.location,
+                        fix="emit after calling the converted model only on inputs of one side of that budget, or "
+                            "deploy with jm.export(...), whose artifact serves both")
                 self.part(rid, 0, spec, st.parts[0], self.program.region_fn[rid])
                 out += [ast.parse(f"{s.targets[0].id} = {_call_marker(rid, 0)}").body[0]]
-                if st.parts[0].deferred:  # its host version ran too (int values new at a call: host/specialised.py)
+                if st.parts[0].falls_back():  # its host version ran too (host/specialised.py, dense form's budget)
                     self.fallback.add((rid, 0))
                     out.append(ast.If(test=ast.parse(f"{s.targets[0].id} is None", mode="eval").body,
                                       body=self.statements(then, generated) or [ast.Pass()],

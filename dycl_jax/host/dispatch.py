@@ -28,6 +28,7 @@ import torch.utils._pytree as pytree
 
 from dycl_jax.capture import host_rng, int_inputs
 from dycl_jax.capture.ordered_dicts import leaves_in_order
+from dycl_jax.capture.bounded_rows import OverBudget
 from dycl_jax.capture.region import HostValueError, capture_call, lost_update, view_pairs
 from dycl_jax.errors import (AliasedUpdateError, CallError, DyclError, InputMutationError, Location,
                              StagedAliasError, limitation, raised_by_us)
@@ -285,6 +286,9 @@ def _immutable(vals: tuple, arrays: bool = False) -> bool:
 DIRECT = "python"  # a signature with no tensors in or out: the statements run as plain Python
 EAGER = "host"  # the part runs on the host (JAX ops on concrete arrays, or torch)
 CARRIED = "carried"  # its statements only move their arrays: they run as Python (host/carried.py)
+# an island at a signature whose row selection's dense form is over the budget (dense_rows_budget):
+# its host version runs there, while its programs serve the signatures within the budget
+OVER_BUDGET = "over budget"
 READ = "read"  # `n = t.tolist()`, `t.nonzero()`, `t[mask]`... of an array: numpy reads it (host/reads.py)
 
 
@@ -298,6 +302,7 @@ class Part:
     outs: tuple[str, ...]
     cache: dict[Any, Any] = field(default_factory=dict)  # signature key -> Compiled | DIRECT | EAGER
     host_reason: str | None = None  # set once the part must run on the host
+    over_budget: str | None = None  # an island: why its host version runs at its OVER_BUDGET signatures
     jax_ops: list[str] = field(default_factory=list)  # on the host: the ATen ops JAX computed
     in_torch: str | None = None  # on the host: why torch runs it (set once JAX could not)
     captures: int = 0
@@ -330,6 +335,17 @@ class Part:
     # Python (DIRECT) or only moved arrays (CARRIED): a float new at every call (a clock reading, a
     # running score), a counter or a label is no new signature there
     direct_scalars: dict = field(default_factory=dict)  # -> DIRECT | CARRIED
+
+    def staged_nowhere(self) -> bool:
+        """An island whose host version has run at every signature so far (emit/ and export
+        write its host version alone)."""
+        return self.host_reason is not None or self.over_budget is not None \
+            and not any(type(e) is Compiled for e in self.cache.values())
+
+    def falls_back(self) -> bool:
+        """An island whose host version serves the signatures its programs do not: int values
+        seen once (host/specialised.py), or row selections over the dense form's budget."""
+        return bool(self.deferred) or self.over_budget is not None
 
 
 @dataclass
@@ -637,9 +653,9 @@ class DispatchHost:
             return NOT_STAGED
 
     def failed_islands(self) -> frozenset:
-        """Labels of the islands that run their host version."""
+        """Labels of the islands that run their host version (at every signature so far)."""
         return frozenset(st.spec.label for st in self.regions.values()
-                         if st.spec.kind == "island" and st.parts[0].host_reason is not None)
+                         if st.spec.kind == "island" and st.parts[0].staged_nowhere())
 
     def _run_parts(self, st: RegionState, parts: list[Part], fns: Sequence[Callable], env: dict) -> None:
         # names of the split region so far (alias and view checks); a piece of a part split again
@@ -750,6 +766,8 @@ class DispatchHost:
             outs, new_attrs = carry(self._body(st.spec, part, fns), leaves, tree)
         elif entry == DIRECT:
             return run_statements(st.spec, fns[part.first:part.stop], vals, part.ins, part.outs, part.first)
+        elif entry == OVER_BUDGET:
+            raise _IslandFailed()
         elif entry == EAGER or part.host_reason is not None:
             # (on the host for good: one entry per signature less its Python numbers, for the report
             # and emit/, so a value new at every call, a float read with `.item()`, adds none)
@@ -992,6 +1010,11 @@ class DispatchHost:
                 if isinstance(exc, (AliasedUpdateError, InputMutationError)) \
                         and not (spec.kind == "island" and isinstance(exc, StagedAliasError)):
                     raise  # its host version could not keep the update either (an island's construct in Python can)
+                if isinstance(exc, OverBudget) and spec.kind == "island":
+                    # at this signature only: a smaller one (fewer rows) keeps its dense program
+                    part.cache[key] = OVER_BUDGET
+                    part.over_budget = str(exc).split("\n")[0]
+                    raise _IslandFailed() from exc
                 if isinstance(exc, host_rng.Drawn):  # Python draws on every call where the part runs on the host
                     if spec.kind == "island":
                         part.host_reason = str(exc)

@@ -6,7 +6,7 @@ from collections import Counter
 
 from dycl_jax.capture.export import StateEntry
 from dycl_jax.host import chunks
-from dycl_jax.host.dispatch import CARRIED, DIRECT, Compiled, DispatchHost
+from dycl_jax.host.dispatch import CARRIED, DIRECT, OVER_BUDGET, Compiled, DispatchHost
 from dycl_jax.report.build import _op_name, _rewritten, _subnetwork, param_groups
 from dycl_jax.report.naming import NamedGraph, Value
 from dycl_jax.report.record import ConversionReport, HostNode
@@ -20,7 +20,7 @@ from dycl_jax.runtime.signature import CallSignature
 
 def _part_kind(spec, part) -> str:
     kinds = {type(e).__name__ if isinstance(e, Compiled) else e for e in part.cache.values()}
-    if part.host_reason is not None:
+    if part.host_reason is not None or kinds == {OVER_BUDGET}:
         return "did not stage (host version runs)" if spec.kind == "island" else "host"
     if "Compiled" in kinds and chunks.is_chunk(spec):
         return f"loop run {chunks.STEPS} iterations per program"
@@ -93,6 +93,9 @@ def _host_tree(host: DispatchHost, rewrite: RewriteRecord) -> HostNode:
             label = f"{kind}: {where} ({part.stop - part.first} statements, {len(part.cache)} signatures)"
             if spec.kind == "island" and part.host_reason is not None:  # why it did not stage
                 label += f": {part.host_reason}"
+            elif part.over_budget is not None:
+                n = sum(1 for e in part.cache.values() if e == OVER_BUDGET)
+                label += f"; its host version ran at {n} signatures: {part.over_budget}"
             parent.children.append(HostNode(kind, label))
     return root
 

@@ -143,9 +143,10 @@ class _Writer:
         first = spec.statements[part.first]
         where = Location(spec.file, first.line, first.code)
         out: dict[str, Any] = {"first": part.first, "stop": part.stop, "ins": list(part.ins), "outs": list(part.outs),
-                               "failed": spec.kind == "island" and part.host_reason is not None,
-                               # its host version also ran (new int values: host/specialised.py)
-                               "fallback": spec.kind == "island" and bool(part.deferred), "entries": []}
+                               "failed": spec.kind == "island" and part.staged_nowhere(),
+                               # its host version also ran (new int values: host/specialised.py; the
+                               # dense form over its budget)
+                               "fallback": spec.kind == "island" and part.falls_back(), "entries": []}
         if part.appends:  # lists it only appends to: taken empty, extended by the host (rewrite/appends.py)
             out["appends"] = list(part.appends)
         # one list or dict under several names, kept one object as on the live host (rewrite/appends.py)
