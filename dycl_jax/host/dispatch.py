@@ -126,8 +126,9 @@ def _passthrough(placeholders: list, used: list[int], n_state: int, gm: Any) -> 
 # the island's one program, instead of a program and a size read per selection. Past this much
 # contraction work the exact row count is cheaper. On one CPU core, measured on the MoE example at
 # batch 1 (scripts/bench_widths.py): 24 MFLOP dense ran 3.7x faster than exact routing, 94 MFLOP
-# 1.1x faster, 377 MFLOP 1.2x slower. An accelerator's throughput is some hundred times a core's while a program call and
-# a size read cost about the same, so its budget is scaled by that (not measured here).
+# 1.1x faster, 377 MFLOP 1.2x slower. An accelerator's throughput is some hundred times a core's
+# while a program call and a size read cost about the same, so its budget is scaled by that (not
+# measured here).
 DENSE_ROWS_FLOPS = {"cpu": 2e8}
 DENSE_ROWS_FLOPS_ACCELERATOR = 1e10
 
