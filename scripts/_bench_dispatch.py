@@ -55,12 +55,11 @@ def host_work(jm: JaxModel, jax_cases: Sequence[tuple]) -> HostWork | None:
     finally:
         for name in calls:
             delattr(host, name)
-    decisions = [None] * calls.get("truth", 0)
     report = jm.report()
     n = len(jax_cases)
     kinds = [getattr(st.spec, "kind", "region") for st in host.regions.values()]
     return HostWork(
-        calls["run_region"] / n, calls.get("run_island", 0) / n, len(decisions) / n,
+        calls["run_region"] / n, calls.get("run_island", 0) / n, calls.get("truth", 0) / n,
         kinds.count("region"), kinds.count("island"), sum(len(st.parts) for st in host.regions.values()),
         len(report.host_statements), report.captures, report.compilations,
         _programs_ms(jm, jax_cases),

@@ -19,6 +19,16 @@ from test_bounded_rows import IndexAddStyle, MaskStyle, _inputs, _matches_on_eve
 SELECTION_LINE = next(i for i, text in enumerate(open(moe.__file__), 1) if ".nonzero(as_tuple=True)[0]" in text)
 
 
+# the MoE example's dense form: 12 tokens through four experts of hidden widths 8/16/32/64, two
+# 16-wide matrix products each
+WORK = 12 * 2 * (2 * 16 * (8 + 16 + 32 + 64))
+
+
+def _budget(flops: float):
+    """The dispatch host's budget for the dense form set to `flops` while the block runs."""
+    return mock.patch.object(dispatch, "dense_rows_budget", lambda: flops)
+
+
 def _graph_ops(jm) -> set[str]:
     """Every ATen op of every program the dispatch host has compiled so far."""
     return {str(step.node.target) for g in jm._fn.graphs.values() for step in g.steps}
@@ -57,8 +67,7 @@ def test_over_the_budget_each_expert_runs_on_its_exact_rows() -> None:
     """With no budget for the dense form (what experts too large to run on every token get), the
     island's host version runs: per expert a `nonzero` on the host and the expert on its rows."""
     model, args = _model(None)
-    with mock.patch.dict(dispatch.DENSE_ROWS_FLOPS, {"cpu": 0.0}), \
-            mock.patch.object(dispatch, "DENSE_ROWS_FLOPS_ACCELERATOR", 0.0):
+    with _budget(0.0):
         jm = dycl_jax.to_jax(model, args, host="dispatch")
         _matches_on_every_path(model, jm, _inputs(True))
     reasons = _island_reasons(jm)
@@ -84,11 +93,9 @@ def test_the_budget_is_the_contraction_work_of_the_selected_computation() -> Non
     """The MoE example's dense form: 12 tokens through four experts of hidden widths 8/16/32/64
     (two 16-wide matrix products each): 12 * 2 * (2 * 16 * 120) = 92,160 FLOPs. A budget just
     under it refuses the dense form, one at it keeps it."""
-    work = 12 * 2 * (2 * 16 * (8 + 16 + 32 + 64))
     model, args = _model(None)
-    for budget, dense in ((work - 1.0, False), (float(work), True)):
-        with mock.patch.dict(dispatch.DENSE_ROWS_FLOPS, {"cpu": budget}), \
-                mock.patch.object(dispatch, "DENSE_ROWS_FLOPS_ACCELERATOR", budget):
+    for budget, dense in ((WORK - 1.0, False), (float(WORK), True)):
+        with _budget(budget):
             jm = dycl_jax.to_jax(model, args, host="dispatch")
         assert bool(jm.report().bounded_rows) is dense, budget
         assert (_island_reasons(jm) == []) is dense
@@ -98,11 +105,9 @@ def test_a_signature_over_the_budget_leaves_the_others_dense() -> None:
     """The budget is per signature: 24 tokens (twice the work) run the island's host version,
     while the 12-token signature keeps its one dense program, before and after."""
     model, args = _model(None)
-    work = 12 * 2 * (2 * 16 * (8 + 16 + 32 + 64))
     g = torch.Generator().manual_seed(3)
     longer = [(torch.randn(1, 24, 16, generator=g) * s,) for s in (0.5, 1.0, 2.0)]
-    with mock.patch.dict(dispatch.DENSE_ROWS_FLOPS, {"cpu": work * 1.5}), \
-            mock.patch.object(dispatch, "DENSE_ROWS_FLOPS_ACCELERATOR", work * 1.5):
+    with _budget(WORK * 1.5):
         jm = dycl_jax.to_jax(model, args, host="dispatch")
         _matches_on_every_path(model, jm, _inputs(True))
         for k, (x,) in enumerate(longer):
@@ -126,11 +131,9 @@ def test_both_sides_of_the_budget_export_and_the_emitted_module_refuses(tmp_path
     artifact serves both (program, host version), against torch; the emitted module, which holds
     one class per submodule, refuses with a located error instead of a module that fails."""
     model, args = _model(None)
-    work = 12 * 2 * (2 * 16 * (8 + 16 + 32 + 64))
     g = torch.Generator().manual_seed(4)
     cases = [(torch.randn(1, 24, 16, generator=g),), *_inputs(True)]
-    with mock.patch.dict(dispatch.DENSE_ROWS_FLOPS, {"cpu": work * 1.5}), \
-            mock.patch.object(dispatch, "DENSE_ROWS_FLOPS_ACCELERATOR", work * 1.5):
+    with _budget(WORK * 1.5):
         jm = dycl_jax.to_jax(model, args, host="dispatch")
         for case in cases:
             jm(*case)

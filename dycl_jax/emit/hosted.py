@@ -107,7 +107,7 @@ class HostedEmitter:
         signatures over the dense form's budget left out: its host version serves them)."""
         keys = []
         for key, entry in part.cache.items():
-            if entry is OVER_BUDGET:
+            if entry == OVER_BUDGET:
                 continue
             if key[0] == "variant":  # a program over symbolic ints: the signatures it served, ints as constants
                 keys += [(k, entry) for k in part.served.get(id(entry), ())]

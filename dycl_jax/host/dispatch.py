@@ -129,13 +129,13 @@ def _passthrough(placeholders: list, used: list[int], n_state: int, gm: Any) -> 
 # 1.1x faster, 377 MFLOP 1.2x slower. An accelerator's throughput is some hundred times a core's
 # while a program call and a size read cost about the same, so its budget is scaled by that (not
 # measured here).
-DENSE_ROWS_FLOPS = {"cpu": 2e8}
+DENSE_ROWS_FLOPS_CPU = 2e8
 DENSE_ROWS_FLOPS_ACCELERATOR = 1e10
 
 
 def dense_rows_budget() -> float:
     """The contraction work (FLOPs) a row selection's dense form may take in a dispatch island."""
-    return DENSE_ROWS_FLOPS.get(jax.default_backend(), DENSE_ROWS_FLOPS_ACCELERATOR)
+    return DENSE_ROWS_FLOPS_CPU if jax.default_backend() == "cpu" else DENSE_ROWS_FLOPS_ACCELERATOR
 
 
 class _IslandFailed(Exception):
