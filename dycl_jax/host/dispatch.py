@@ -462,8 +462,8 @@ class DispatchHost:
         # call order (`run_dispatch_trace` replays them: which names are one array, values seen once)
         self.alias_choices: list[AliasChoice] = []
         # per loop run in chunks (host/chunks.py): the loop as a part, the paths its host loop ran,
-        # and the island its chunks are captured as
-        self.chunk_loops: dict[int, tuple[Part, set, RegionSpec]] = {}
+        # and the islands its first and later chunks are captured as
+        self.chunk_loops: dict[int, tuple[Part, set, RegionSpec, RegionSpec]] = {}
         # the compiled program the latest call of a part on the short way ran (`_compiled_call`):
         # a loop's first chunk program stands for the loop's input signature (host/chunks.py)
         self.last_program: Compiled | None = None
@@ -618,7 +618,8 @@ class DispatchHost:
             self.alias_choices.append((spec.label, outs is NOT_STAGED))
         return outs
 
-    def run_chunked(self, spec: RegionSpec, fn: Callable, vals: tuple) -> Any:
+    def run_chunked(self, spec: RegionSpec, fn: Callable, vals: tuple, resume: Callable | None = None,
+                    after: tuple[Callable, ...] = ()) -> Any:
         """A loop's outputs, a chunk of iterations per program (host/chunks.py), or NOT_STAGED
         where its host loop runs: in train mode (each iteration draws its own keys), and in a
         traced call (the host loop records each decision as torch's program makes it)."""
@@ -626,9 +627,11 @@ class DispatchHost:
             return NOT_STAGED  # (and where two of its names are one array or list: as for an island)
         loop = self.chunk_loops.get(id(spec))
         if loop is None:  # (the loop as a part: its in-place names and identities, as an island's)
-            loop = self.chunk_loops[id(spec)] = (_part(spec, 0, 1), set(), chunks.chunk_spec(spec))
-        part, seen, island = loop
-        return chunks.run(self, spec, island, fn, vals, seen, lambda outs: _kept(part, vals, outs))
+            loop = self.chunk_loops[id(spec)] = (_part(spec, 0, 1), set(), chunks.chunk_spec(spec),
+                                                 chunks.resume_spec(spec))
+        part, seen, island, later = loop
+        return chunks.run(self, spec, (island, later), (fn, resume, after), vals, seen,
+                          lambda outs: _kept(part, vals, outs))
 
     def _island(self, spec: RegionSpec, fn: Callable, vals: tuple) -> Any:
         """The island's outputs, or NOT_STAGED where its host version runs: it failed to stage, two of

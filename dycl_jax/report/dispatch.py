@@ -14,7 +14,7 @@ from dycl_jax.rewrite.api import RewriteRecord
 from dycl_jax.rewrite.names import readable
 
 _KIND_WORDS = {"region": "statements", "island": "island", "tail island": "tail island",
-               "loop chunk": f"{chunks.STEPS} iterations of the loop"}
+               "loop chunk": f"{chunks.STEPS} iterations of the loop, or up to its stop within {chunks.REACH}"}
 from dycl_jax.runtime.signature import CallSignature
 
 
@@ -23,7 +23,7 @@ def _part_kind(spec, part) -> str:
     if part.host_reason is not None or kinds == {OVER_BUDGET}:
         return "did not stage (host version runs)" if spec.kind == "island" else "host"
     if "Compiled" in kinds and chunks.is_chunk(spec):
-        return f"loop run {chunks.STEPS} iterations per program"
+        return f"loop run {chunks.STEPS} iterations per program (to its stop where within {chunks.REACH})"
     if "Compiled" in kinds:
         return "staged island"
     return "python" if kinds and kinds <= {DIRECT, CARRIED} else "not run yet"

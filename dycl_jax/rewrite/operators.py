@@ -314,6 +314,10 @@ def _cond(pred: Any, true_fn: Callable, false_fn: Callable, inputs: tuple, site:
         return _as_python(true_fn if pred else false_fn, inputs)
     if modes.current() == "plain":
         return (true_fn if bool(pred) else false_fn)(*inputs)
+    if site.exit_branch is not None and modes.current() == "staging":
+        k = chunks.guard_branch(site, inputs, lambda: _pred(pred, site))
+        if k is not None:  # a break guard in an iteration of a chunk: one branch as Python (chunks.py)
+            return _as_python((true_fn, false_fn)[k], inputs)
     if site.owned:
         _check_aliases(site, frame)
     if site.kept_aliases:
@@ -392,7 +396,8 @@ def _graph_construct(op: Callable) -> Callable:
     def run(*args: Any, **kwargs: Any) -> Any:
         token = _PYTHON_BRANCH.set(False)
         try:
-            return op(*args, **kwargs)
+            with chunks.nested():
+                return op(*args, **kwargs)
         finally:
             _PYTHON_BRANCH.reset(token)
     return run
@@ -526,7 +531,7 @@ def while_loop(test_fn: Callable, body_fn: Callable, carry: tuple, invariants: t
     frame = _frame or sys._getframe(2)  # the user's function (this operator is wrapped once)
     chunk = chunks.pending(site) if mode == "staging" else None
     if chunk is not None:  # a chunk of the dispatch host's loop: its iterations unrolled (chunks.py)
-        return chunks.unroll(chunk, site, test_fn, body_fn, carry, invariants, lambda t: _pred(t, site))
+        return chunks.unroll(chunk, site, test_fn, body_fn, carry, invariants, lambda t: _pred(t, site), frame)
     while True:  # Python iterations until the test is a tensor
         if mode == "staging":
             with modes.dry_run((carry, invariants)) as (c, inv):

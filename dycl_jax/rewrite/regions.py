@@ -99,6 +99,12 @@ class RegionSpec:
     # of them, the containers whose elements may be updated in place (`xs[0].add_(1)`): a list or
     # dict holding a view is changed by `d[k] = v` / `xs.append(v)` without touching the view
     deep_later: frozenset[str] | None = None
+    # a chunked loop with the statements before it (converters/dispatch_split.py): the names its
+    # later chunks take, which run the loop alone (rewrite/chunks.py); None: the loop alone
+    resume: tuple[str, ...] | None = None
+    loop_line: int = 0  # (chunked) the loop's line (`line` is the first statement's)
+    # (chunked) the simple statements after the loop, which each chunk runs once per exit
+    after: tuple[StatementSpec, ...] = ()
 
     @property
     def label(self) -> str:
@@ -115,7 +121,8 @@ class Executor(Protocol):
 
     def run_island(self, spec: RegionSpec, fn: Callable, values: tuple) -> Any: ...
 
-    def run_chunked(self, spec: RegionSpec, fn: Callable, values: tuple) -> Any: ...
+    def run_chunked(self, spec: RegionSpec, fn: Callable, values: tuple, resume: Callable | None = None,
+                    after: tuple[Callable, ...] = ()) -> Any: ...
 
     def truth(self, value: Any) -> bool: ...
 
@@ -205,12 +212,15 @@ def island(spec: RegionSpec, fn: Callable, values: tuple) -> Any:
     return fn(*values)  # plain Python: the staged rewrite runs Python semantics
 
 
-def chunked(spec: RegionSpec, fn: Callable, values: tuple) -> Any:
+def chunked(spec: RegionSpec, fn: Callable, values: tuple, resume: Callable | None = None,
+            after: tuple[Callable, ...] = ()) -> Any:
     """Generated code's call of a loop run in chunks of iterations (rewrite/chunks.py): the loop's
     outputs, or NOT_STAGED, where its host version runs (always without a dispatch host: it is
-    the loop as written, which gives what the chunks give)."""
+    the loop as written, which gives what the chunks give). With statements before the loop in
+    `fn`, `resume` is the loop alone, which the later chunks run (`RegionSpec.resume`); `after`
+    the functions of the statements after the loop (`RegionSpec.after`)."""
     executor = _EXECUTOR.get()
-    return executor.run_chunked(spec, fn, values) if executor is not None else NOT_STAGED
+    return executor.run_chunked(spec, fn, values, resume, after) if executor is not None else NOT_STAGED
 
 
 def aliased_at_call(spec: RegionSpec, values: tuple) -> bool:

@@ -62,6 +62,10 @@ class Site:
     # of `kept_aliases`, those where m holding n as an element (`xs = [v]`) is a hazard too: n
     # updated in place later, or m's elements (converters/branches.element_hazards)
     kept_elements: tuple[tuple[str, str], ...] = ()
+    # (if) `if c: break`: the loop's break flag and the branch (0 true, 1 false) that sets it on
+    # every path through it, the other never assigning it; a chunk of the dispatch host's loop
+    # takes the other branch and keeps the flag's state as an exit (rewrite/chunks.py)
+    exit_branch: tuple[str, int] | None = None
 
     @property
     def label(self) -> str:

@@ -64,10 +64,11 @@ class Context:
                  exit_flags: tuple[str, ...] = (), inputs: tuple[str, ...] = (), in_place: tuple[str, ...] = (),
                  unbound: tuple[str, ...] = (), rederived: tuple[tuple[str, str], ...] = (),
                  deep: tuple[str, ...] = (), made_aliases: tuple[tuple[str, str], ...] = (),
-                 kept_elements: tuple[tuple[str, str], ...] = ()) -> int:
+                 kept_elements: tuple[tuple[str, str], ...] = (),
+                 exit_branch: tuple[str, int] | None = None) -> int:
         self.sites.append(Site(kind, self.src.file, line, self.code(line), names, paths, lines, dead_on_exit,
                                owned, live_after, kept_aliases, pad, exit_flags, inputs, in_place, unbound,
-                               rederived, deep, made_aliases, kept_elements))
+                               rederived, deep, made_aliases, kept_elements, exit_branch))
         return len(self.sites) - 1
 
     def warn(self, line: int, message: str) -> None:

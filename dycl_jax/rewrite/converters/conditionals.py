@@ -7,7 +7,7 @@ from dycl_jax.rewrite.appends import rebound
 from dycl_jax.rewrite.converters.branches import (check_body, deep_updates, element_hazards, kept_aliases, liveness,
                                                   made_aliases, own_prefix, signature)
 from dycl_jax.rewrite.converters import view_updates
-from dycl_jax.rewrite.converters.flags import dead_on_exit
+from dycl_jax.rewrite.converters.flags import dead_on_exit, sets_flag
 from dycl_jax.rewrite.templates import (Context, assign, function, lambda_, last_assignment_line, locate, name,
                                         op_call, tuple_of)
 
@@ -34,6 +34,20 @@ def is_chain_member(node: ast.If, parent: ast.AST | None) -> bool:
     return isinstance(parent, ast.If) and parent.orelse == [node] and not _kept(node) \
         and not getattr(node, "_dycl_guard", False) and not getattr(parent, "_dycl_guard", False) \
         and not _kept(parent)
+
+
+def _exit_branch(bodies: list[list[ast.stmt]], outputs: list[str], ctx: Context) -> tuple[str, int] | None:
+    """(flag, k) where branch k of an `if`/`else`, and only it, sets a loop's break flag by a
+    statement of its own (so on every path through it): `if c: break`. (The other branch may
+    break further on, behind guards of its own.)"""
+    found = []
+    for f in outputs:
+        if ctx.exits.get(f, ("",))[0] != "break":
+            continue
+        sets = [any(isinstance(s, ast.Assign) and sets_flag(s, f) and isinstance(s.value, ast.Constant)
+                    and s.value.value is True for s in b) for b in bodies]
+        found += [(f, k) for k in (0, 1) if sets[k]]
+    return found[0] if len(found) == 1 else None
 
 
 def convert_if(node: ast.If, block: list[ast.stmt], scope: ast.FunctionDef, ctx: Context) -> None:
@@ -70,7 +84,8 @@ def convert_if(node: ast.If, block: list[ast.stmt], scope: ast.FunctionDef, ctx:
                         kept, pad, flags, tuple(sig.inputs), in_place,
                         rederived=tuple((r.view, r.base) for r in views),
                         made_aliases=made_aliases(live, node, bodies, sig.outputs),
-                        kept_elements=element_hazards(live, node, kept))
+                        kept_elements=element_hazards(live, node, kept),
+                        exit_branch=_exit_branch(bodies, sig.outputs, ctx) if len(tests) == 1 else None)
     stem = ctx.fresh("if" if kind != "elif" else "case")
     fns = []
     for k, (body, owned) in enumerate(zip(bodies, sig.owned)):

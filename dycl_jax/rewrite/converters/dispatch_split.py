@@ -136,6 +136,7 @@ class _Splitter:
         self.deep_updates = [(n, line, acc.deep) for n, line, acc in accessed if acc.deep]
         self.loops = 0  # host loops around the block being split: a later iteration may read a name again
         self.chunked: set[int] = set()  # `while` loops given a chunked form (rewrite/chunks.py)
+        self.fused: set[int] = set()  # of them, those whose first chunk holds the statements before
 
     # ------------------------------------------------------------ statements
 
@@ -151,7 +152,11 @@ class _Splitter:
                 out.extend(self._island(list(run), forced) if staged else self._region(list(run), forced))
                 run.clear()
 
-        for s in stmts:
+        skip = 0
+        for i, s in enumerate(stmts):
+            if skip:
+                skip -= 1
+                continue
             if getattr(s, "_dycl_host_call", False):  # `_c = self.sub(a)`: the sub-host runs from here
                 flush()
                 out.append(s)
@@ -171,6 +176,23 @@ class _Splitter:
                 flush((tmp,))
                 out.append(ast.copy_location(ast.If(test=self._decide(tmp, s, "if"), body=self.block(s.body) or
                                                     [ast.Pass()], orelse=self.block(s.orelse)), s))
+            elif isinstance(s, ast.While) and id(s) not in self.fused and self._chunkable(s) \
+                    and (not run or self._fusable(run)) and (run or self._after(stmts[i + 1:])):
+                # the statements before and after the loop run in its chunks' programs (two
+                # programs fewer per call); its host version runs them as regions, the loop chunked
+                self.fused.add(id(s))
+                post = self._after(stmts[i + 1:])
+                skip = len(post)
+                forced: tuple[str, ...] = ()
+                ret = stmts[i + 1 + skip] if i + 1 + skip < len(stmts) else None
+                if isinstance(ret, ast.Return) and ret.value is not None \
+                        and self._after([locate(set_name("_", ret.value), ret)]):  # `return f(seqs)` after it
+                    skip += 1
+                    forced = (self._temp("ret", ret, ret.value, post),)
+                out.extend(self._island([*run, s], forced, op="chunked", post=post))
+                run.clear()
+                if forced:
+                    out.append(ast.copy_location(ast.Return(value=op_call("defined", name(forced[0]))), ret))
             elif isinstance(s, ast.While):
                 flush()
                 out.extend(self._while(s))
@@ -205,6 +227,23 @@ class _Splitter:
             # (one it reads before assigning fails to stage, and the host version then fails as Python does)
             counters |= {n for n in written - self.params if self.first_write.get(n, 0) >= start}
         return sorted(((acc.reads | acc.mutates | written) & self.locals) - counters)
+
+    def _fusable(self, run: list[ast.stmt]) -> bool:
+        """Statements before a chunked loop its first chunk's program may hold: simple ones, none
+        a host read (`n = t.tolist()`: it would keep the program from staging) nor a call of a
+        submodule that is a dispatch host of its own."""
+        return bool(run) and all(_simple(x) and read_form(x, self.torch_names) is None and not self._hosted_calls(x)
+                                 and not getattr(x, "_dycl_host_call", False) for x in run)
+
+    def _after(self, stmts: list[ast.stmt]) -> list[ast.stmt]:
+        """The statements after a chunked loop its chunks' programs may hold, up to the first that
+        is not one: `_fusable` ones that update nothing in place (a chunk runs them once per exit,
+        each time on the values there; an update in place would reach the names of every exit)."""
+        def ok(x: ast.stmt) -> bool:
+            acc = self._access(x)
+            return self._fusable([x]) and not acc.mutates and not acc.deep and not _list_changed(x)
+        k = next((j for j, x in enumerate(stmts) if not ok(x)), len(stmts))
+        return list(stmts[:k])
 
     def _hosted_calls(self, s: ast.stmt) -> list[ast.Call]:
         """Calls `self.sub(...)` of a submodule that is a dispatch host of its own, outside
@@ -257,11 +296,15 @@ class _Splitter:
         return [*pre, rest]
 
     def _island(self, run: list[ast.stmt], forced: tuple[str, ...],
-                host_version: list[ast.stmt] | None = None, op: str = "island") -> list[ast.stmt]:
+                host_version: list[ast.stmt] | None = None, op: str = "island",
+                post: list[ast.stmt] | None = None) -> list[ast.stmt]:
         """Try `run` as one staged program (its staged rewrite, compiled per signature); when it
         does not stage, its host version (control flow in Python, regions between; or
-        `host_version`) runs instead. `op="chunked"`: `run` is one `while` loop, run a few
-        iterations per program (rewrite/chunks.py) where its values change shape as it goes."""
+        `host_version`) runs instead. `op="chunked"`: `run` ends with a `while` loop (simple
+        statements before it), run a few iterations per program (rewrite/chunks.py) where its
+        values change shape as it goes; the simple statements `post` after it run in each chunk
+        once per exit (`RegionSpec.after`)."""
+        body, run = run, [*run, *(post or [])]
         acc = access(*run)
         ins = self._island_ins(run, acc, chunked=op == "chunked")
         inside = Counter(n for x in run for n in _loads(x))
@@ -300,26 +343,50 @@ class _Splitter:
                 return self.block(host_version or run, islands=False)
             pairs += kept
             ins = sorted({*ins, *extra, *(m for _, m in pairs)})
+        after = [self._statement(x) for x in post or []]
+        # what the statements after the loop read, and the outputs they do not make: the island
+        # returns them, so its loop carries those it assigns (as where the loop ends the island)
+        needed, made = set(), set()
+        for _, st in after:
+            needed |= set(st.ins) - made
+            made |= set(st.outs)
+        needed = sorted((needed | set(outs) - made) & self.locals)
         fn_name = self.ctx.fresh("island")
-        island = locate(function(fn_name, ins, copy.deepcopy(run), outs), run[0])
+        island = locate(function(fn_name, ins, copy.deepcopy(body), needed if post else outs), run[0])
         _stage(island, self.ctx)
         site = len(self.ctx.sites)
         first = run[0].lineno
         self.ctx.sites.append(RegionSpec(self.ctx.src.file, first,  # type: ignore[arg-type]
                                          (StatementSpec(fn_name, tuple(ins), tuple(outs), first, self.ctx.code(first)),),
                                          tuple(ins), tuple(outs), op if op == "chunked" else "island",
+                                         loop_line=body[-1].lineno if op == "chunked" else 0,
+                                         after=tuple(st for _, st in after),
                                          aliased=tuple((ins.index(n), ins.index(m)) for n, m in pairs),
                                          in_place=frozenset(set(ins) & set(outs) - rebound(run)),
                                          updated_later=self._updated_after(run),
                                          deep_later=self._updated_after(run, deep=True)))
+        resume: list[ast.stmt] = []
+        if op == "chunked" and len(body) > 1:  # statements, then the loop: its later chunks take the loop alone
+            loop = body[-1]
+            names = sorted({*self._island_ins([loop], access(loop), chunked=True), *needed} & self.locals)
+            resume = [locate(function(self.ctx.fresh("island"), names, [copy.deepcopy(loop)], needed), loop)]
+            _stage(resume[0], self.ctx)
+            self.ctx.sites[site] = dataclasses.replace(self.ctx.sites[site], resume=tuple(names))  # type: ignore[arg-type]
         result = self.ctx.fresh("staged")
         self.locals.add(result)
-        call = set_name(result, op_call(op, _table(site), name(fn_name), tuple_of(ins)))
+        args = [_table(site), name(fn_name), tuple_of(ins)]
+        if post:
+            args += [name(resume[0].name) if resume else const(None),
+                     ast.Tuple(elts=[name(fn.name) for fn, _ in after], ctx=ast.Load())]
+        elif resume:
+            args.append(name(resume[0].name))
+        call = set_name(result, op_call(op, *args))
         host = self._host_version(host_version or run)
         unpack = [ast.Assign(targets=[tuple_of(outs, store=True)], value=name(result))] if outs else [ast.Pass()]
         test = ast.Compare(left=name(result), ops=[ast.Is()],
                            comparators=[ast.Attribute(value=name(OPS), attr="NOT_STAGED", ctx=ast.Load())])
-        return locate([island, call, ast.If(test=test, body=host or [ast.Pass()], orelse=unpack)], run[0])
+        return locate([island, *resume, *(fn for fn, _ in after), call,
+                       ast.If(test=test, body=host or [ast.Pass()], orelse=unpack)], run[0])
 
     def _host_version(self, run: list[ast.stmt]) -> list[ast.stmt]:
         """An island's host version: its statements split into regions and host decisions (those
@@ -496,6 +563,27 @@ class _Splitter:
         site = self.ctx.add_site(kind, s.lineno, (), (), ())
         return op_call("decide", name(tmp), _table(site))
 
+    def _statement(self, s: ast.stmt) -> tuple[ast.FunctionDef, StatementSpec]:
+        """`def _dycl_s_k(ins): s; return outs` for a simple statement, and its description."""
+        acc = self._access(s)
+        reads = set(acc.reads | acc.mutates)
+        if isinstance(s, ast.AugAssign) and isinstance(s.target, ast.Name):
+            reads.add(s.target.id)
+        ins = sorted(reads & self.locals)
+        outs = sorted(acc.writes & self.locals)
+        # the other names read later that may hold the tensor it updates in place pass through
+        # it: where one is that tensor at the call the region takes them as one and returns the
+        # updated tensor under each, as torch's names see the update (a placeholder passes as is)
+        also = self._kept_by_update(s, acc, outs)
+        plain = ins  # (read by the statement: unassigned, it fails as in Python)
+        ins, outs = sorted({*ins, *also}), sorted({*outs, *also})
+        fn_name = self.ctx.fresh("s")
+        fn = locate(function(fn_name, ins, [*self._unbind(plain), s], outs), s)
+        return fn, StatementSpec(fn_name, tuple(ins), tuple(outs), s.lineno, self.ctx.code(s.lineno),
+                                 appended(s), tuple(sorted(rebound([s]) & set(outs))), copied(s),
+                                 read_form(s, self.torch_names), self._aliased(acc.mutates - _list_changed(s)),
+                                 self._aliased(acc.deep), tuple(sorted(also - set(plain))))
+
     def _region(self, run: list[ast.stmt], forced: tuple[str, ...]) -> list[ast.stmt]:
         """`def _dycl_s_k(ins): stmt; return outs` per statement, then one `region` call."""
         stmts: list[StatementSpec] = []
@@ -504,27 +592,12 @@ class _Splitter:
         exposed: list[str] = []
         run_reads: Counter = Counter()
         for s in run:
-            acc = self._access(s)
-            reads = set(acc.reads | acc.mutates)
-            if isinstance(s, ast.AugAssign) and isinstance(s.target, ast.Name):
-                reads.add(s.target.id)
-            ins = sorted(reads & self.locals)
-            outs = sorted(acc.writes & self.locals)
+            fn, st = self._statement(s)
             run_reads.update(_loads(s))
-            # the other names read later that may hold the tensor it updates in place pass through
-            # it: where one is that tensor at the call the region takes them as one and returns the
-            # updated tensor under each, as torch's names see the update (a placeholder passes as is)
-            also = self._kept_by_update(s, acc, outs)
-            plain = ins  # (read by the statement: unassigned, it fails as in Python)
-            ins, outs = sorted({*ins, *also}), sorted({*outs, *also})
-            exposed += [n for n in ins if n not in defined and n not in exposed]
-            defined |= set(outs)
-            fn_name = self.ctx.fresh("s")
-            defs.append(locate(function(fn_name, ins, [*self._unbind(plain), s], outs), s))
-            stmts.append(StatementSpec(fn_name, tuple(ins), tuple(outs), s.lineno, self.ctx.code(s.lineno),
-                                       appended(s), tuple(sorted(rebound([s]) & set(outs))), copied(s),
-                                       read_form(s, self.torch_names), self._aliased(acc.mutates - _list_changed(s)),
-                                       self._aliased(acc.deep), tuple(sorted(also - set(plain)))))
+            exposed += [n for n in st.ins if n not in defined and n not in exposed]
+            defined |= set(st.outs)
+            defs.append(fn)
+            stmts.append(st)
         elsewhere = {n for n, c in self.reads.items() if c > run_reads.get(n, 0)}
         # generated temps (tests, iterables, return values) are read by the host code after the region
         outs = sorted(n for n in defined if n in elsewhere or n in exposed or n in forced
