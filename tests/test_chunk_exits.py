@@ -78,7 +78,7 @@ def _inputs(n: int) -> list[tuple]:
 def test_every_exit_of_a_chunked_loop_against_torch(style, monkeypatch):
     torch.manual_seed(3)
     model = Decoder(style).eval()
-    cases = _inputs(40)
+    cases = _inputs(50)
     jm = dycl_jax.to_jax(model, cases[0], host="dispatch")
     lengths = set()
     with torch.no_grad():
@@ -122,7 +122,7 @@ def test_the_captioning_decoder_is_one_program_per_call_in_32_bit(monkeypatch):
     mod = importlib.import_module("examples.dynn.captioning")
     model, args = mod.example()
     jm = dycl_jax.to_jax(model, args, host="dispatch")
-    cases = mod.inputs(40, seed=3)
+    cases = mod.inputs(24, seed=3)
     paths = set()
     with torch.no_grad():
         for _ in range(2):
