@@ -59,6 +59,9 @@ def _named_regions(host: DispatchHost, state: list[StateEntry]) -> list[NamedGra
             spec, part = spec_part
             title = f"{_KIND_WORDS['tail island' if spec.tail else 'loop chunk' if chunks.is_chunk(spec) else spec.kind]} " \
                 f"at {_where(spec, part)}"
+            if chunks.is_chunk(spec) and spec.resume is not None:
+                # (a first chunk holding the statements before the loop, and maybe those after it)
+                title += f" (the loop at line {spec.loop_line}, the statements around it)"
         ins, outs = host.io_names.get(id(exe), ([], []))
         # torch.export lifts every parameter of the model into each region: name those it reads
         values = [Value(by_placeholder[p.name], state=True) for p in graph.placeholders
