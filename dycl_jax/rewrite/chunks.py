@@ -54,6 +54,11 @@ class Recorder:
     exiting: int | None = None  # the break guard an exit's trace takes (None: the loop goes on)
     guards: list[Any] = field(default_factory=list)  # the stop tests of the iteration's break guards
 
+    @property
+    def limit(self) -> int:
+        """The iterations traced at most."""
+        return max(self.reach, self.steps)
+
 
 _RECORDER: contextvars.ContextVar[Recorder | None] = contextvars.ContextVar("dycl_chunk", default=None)
 _ITERATION: contextvars.ContextVar[Recorder | None] = contextvars.ContextVar("dycl_chunk_body", default=None)
@@ -120,7 +125,7 @@ def _step(rec: Recorder, j: int, test_fn: Callable, body_fn: Callable, carry: tu
         return True, carry
     if isinstance(test, torch.Tensor):
         rec.exits.append((j, torch.logical_not(pred(test)), -1, carry))
-    if j == max(rec.reach, rec.steps):
+    if j == rec.limit:
         return False, carry
     going = _iteration(rec, body_fn, carry, invariants, None)
     for g, stop in enumerate(list(rec.guards)):  # the values where guard g breaks: the iteration traced again
@@ -146,7 +151,7 @@ def unroll(rec: Recorder, site: Site, test_fn: Callable, body_fn: Callable, carr
     watch = attribute_watch.snapshot(lifting.roots())
     states: list[tuple] = []
     stopped = False
-    for j in range(max(rec.reach, rec.steps) + 1):
+    for j in range(rec.limit + 1):
         states.append(carry)
         try:
             stopped, carry = _step(rec, j, test_fn, body_fn, carry, invariants, pred)
@@ -154,7 +159,7 @@ def unroll(rec: Recorder, site: Site, test_fn: Callable, body_fn: Callable, carr
             if j < rec.steps:
                 raise
             break
-        if stopped or j == max(rec.reach, rec.steps):
+        if stopped or j == rec.limit:
             break
     if not stopped:  # no stop on every input within `reach`: a chunk of `steps` (the rest is dead code)
         rec.exits = [e for e in rec.exits if e[0] <= rec.steps]
@@ -211,7 +216,8 @@ def program(island: Callable, ins: Sequence[str], outs: Sequence[str], where: Lo
             if isinstance(stop, torch.Tensor):
                 flags.append(stop)
             exits.append((j, len(flags) - 1 if isinstance(stop, torch.Tensor) else None, g))
-            results.append(tuple(finished(state)[n] for n in outs))
+            env = finished(state)  # (once per exit: the statements after the loop are traced there)
+            results.append(tuple(env[n] for n in outs))
             hazards.refuse_shared_outputs(where, dict(zip(outs, results[-1])), known)
         last = named(rec.last)
         nxt = None if exits[-1][1] is None else tuple(last[n] for n in (ins if resume is None else resume))

@@ -176,12 +176,10 @@ class _Splitter:
                 flush((tmp,))
                 out.append(ast.copy_location(ast.If(test=self._decide(tmp, s, "if"), body=self.block(s.body) or
                                                     [ast.Pass()], orelse=self.block(s.orelse)), s))
-            elif isinstance(s, ast.While) and id(s) not in self.fused and self._chunkable(s) \
-                    and (not run or self._fusable(run)) and (run or self._after(stmts[i + 1:])):
+            elif isinstance(s, ast.While) and (post := self._around(s, run, stmts[i + 1:])) is not None:
                 # the statements before and after the loop run in its chunks' programs (two
                 # programs fewer per call); its host version runs them as regions, the loop chunked
                 self.fused.add(id(s))
-                post = self._after(stmts[i + 1:])
                 skip = len(post)
                 forced: tuple[str, ...] = ()
                 ret = stmts[i + 1 + skip] if i + 1 + skip < len(stmts) else None
@@ -234,6 +232,14 @@ class _Splitter:
         submodule that is a dispatch host of its own."""
         return bool(run) and all(_simple(x) and read_form(x, self.torch_names) is None and not self._hosted_calls(x)
                                  and not getattr(x, "_dycl_host_call", False) for x in run)
+
+    def _around(self, s: ast.While, run: list[ast.stmt], rest: list[ast.stmt]) -> list[ast.stmt] | None:
+        """The statements after a chunkable loop its chunks will hold (`_after`), where they or the
+        statements `run` before it are some its chunks may hold; None: the loop alone."""
+        if id(s) in self.fused or not self._chunkable(s) or run and not self._fusable(run):
+            return None
+        post = self._after(rest)
+        return post if run or post else None
 
     def _after(self, stmts: list[ast.stmt]) -> list[ast.stmt]:
         """The statements after a chunked loop its chunks' programs may hold, up to the first that
